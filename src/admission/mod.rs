@@ -1,0 +1,87 @@
+//! Admission, without I/O: an AdmissionReview body and a [`View`] in, the AdmissionReview
+//! response out. The HTTP server and `cheiron mutate` are thin shells around this module.
+
+mod patch;
+mod review;
+mod subject;
+
+#[cfg(test)]
+mod tests;
+
+pub use patch::{PullSecretPatch, build_patch, reconcile_with};
+pub use review::{Admission, InvalidReview, Outcome, review};
+pub use subject::{Uninterpretable, interpret};
+
+use serde_json::Value;
+
+use crate::policy::{Decision, NamespaceMeta, Skip, SubjectKind, View, decide};
+
+/// What cheiron does to one Pod or ServiceAccount.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mutation {
+    /// Patched, unchanged, or skipped (and why).
+    pub result: MutationResult,
+    /// The RFC 6902 patch; empty unless `result` is [`MutationResult::Patched`].
+    pub patch: json_patch::Patch,
+    /// Secret names the patch appends, in order.
+    pub added: Vec<String>,
+    /// Messages for the client, e.g. a referenced Secret that does not exist yet.
+    pub warnings: Vec<String>,
+}
+
+/// The result of [`mutate`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MutationResult {
+    /// A patch adds pull secret references.
+    Patched,
+    /// Managers apply, but the object already references everything they want.
+    Unchanged,
+    /// The object is left alone.
+    Skipped(Skip),
+}
+
+/// Computes what cheiron does to `object` (a Pod or ServiceAccount as JSON) admitted into
+/// `namespace`. Pure: the same inputs give the same patch.
+pub fn mutate(
+    object: &Value,
+    kind: SubjectKind,
+    namespace: &str,
+    view: &dyn View,
+) -> Result<Mutation, Uninterpretable> {
+    let interpreted = interpret(object, kind)?;
+    let namespace_meta = view
+        .namespace(namespace)
+        .unwrap_or_else(|| NamespaceMeta::named(namespace));
+    let managers = view.managers();
+    let skipped = |skip| Mutation {
+        result: MutationResult::Skipped(skip),
+        patch: json_patch::Patch(Vec::new()),
+        added: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let secrets = match decide(&interpreted.subject(), &namespace_meta, managers.iter()) {
+        Decision::Skip(skip) => return Ok(skipped(skip)),
+        Decision::Inject { secrets, .. } => secrets,
+    };
+    let Some(PullSecretPatch { patch, added }) = build_patch(object, &interpreted, &secrets) else {
+        return Ok(Mutation {
+            result: MutationResult::Unchanged,
+            patch: json_patch::Patch(Vec::new()),
+            added: Vec::new(),
+            warnings: Vec::new(),
+        });
+    };
+    let warnings = added
+        .iter()
+        .filter(|name| view.secret_exists(namespace, name) == Some(false))
+        .map(|name| {
+            format!("cheiron: pull secret {namespace}/{name} does not exist yet; it was referenced anyway and the controller will create it")
+        })
+        .collect();
+    Ok(Mutation {
+        result: MutationResult::Patched,
+        patch,
+        added,
+        warnings,
+    })
+}

@@ -1,0 +1,114 @@
+//! The RFC 6902 patch that appends pull secret references: after the existing entries, never
+//! duplicating or removing one, creating missing parents, and recording what cheiron added in
+//! the `reconciled` / `reconcile-with` annotations.
+
+use json_patch::{AddOperation, Patch, PatchOperation, jsonptr::PointerBuf};
+use serde_json::{Map, Value, json};
+
+use super::subject::{Interpreted, list_pointer, list_tokens};
+use crate::{api::annotation, policy::SubjectKind};
+
+/// A patch and the names it appends.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PullSecretPatch {
+    /// The operations, in order.
+    pub patch: Patch,
+    /// The appended names, in order.
+    pub added: Vec<String>,
+}
+
+/// The `reconcile-with` value: `added` unioned with the names of a `previous` value, sorted,
+/// comma-separated, without duplicates or empty names.
+pub fn reconcile_with(previous: Option<&str>, added: &[String]) -> String {
+    let mut names: Vec<&str> = previous
+        .into_iter()
+        .flat_map(|p| p.split(','))
+        .map(str::trim)
+        .chain(added.iter().map(String::as_str))
+        .filter(|n| !n.is_empty())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names.join(",")
+}
+
+fn add(path: PointerBuf, value: Value) -> PatchOperation {
+    PatchOperation::Add(AddOperation { path, value })
+}
+
+fn is_object(value: Option<&Value>) -> bool {
+    value.is_some_and(Value::is_object)
+}
+
+/// Builds the patch that makes `object` reference every name in `wanted`, or `None` when it
+/// already does (so the webhook applied to its own output returns no patch).
+pub fn build_patch(
+    object: &Value,
+    interpreted: &Interpreted,
+    wanted: &[String],
+) -> Option<PullSecretPatch> {
+    let mut added: Vec<String> = Vec::new();
+    for name in wanted {
+        if !interpreted.existing.contains(name) && !added.contains(name) {
+            added.push(name.clone());
+        }
+    }
+    if added.is_empty() {
+        return None;
+    }
+    let references = || added.iter().map(|n| json!({ "name": n }));
+    let mut ops = Vec::with_capacity(added.len() + 2);
+
+    let list = list_pointer(interpreted.kind);
+    if object.pointer(list).is_some_and(Value::is_array) {
+        for reference in references() {
+            let mut path = PointerBuf::from_tokens(list_tokens(interpreted.kind).iter().copied());
+            path.push_back("-");
+            ops.push(add(path, reference));
+        }
+    } else if interpreted.kind == SubjectKind::Pod && !is_object(object.get("spec")) {
+        ops.push(add(
+            PointerBuf::from_tokens(["spec"]),
+            json!({ "imagePullSecrets": references().collect::<Vec<_>>() }),
+        ));
+    } else {
+        ops.push(add(
+            PointerBuf::from_tokens(list_tokens(interpreted.kind).iter().copied()),
+            Value::Array(references().collect()),
+        ));
+    }
+
+    let previous = interpreted
+        .annotations
+        .get(annotation::RECONCILE_WITH)
+        .map(String::as_str);
+    let mut annotations = Map::new();
+    annotations.insert(annotation::RECONCILED.to_owned(), Value::from("true"));
+    annotations.insert(
+        annotation::RECONCILE_WITH.to_owned(),
+        Value::from(reconcile_with(previous, &added)),
+    );
+    let metadata = object.get("metadata");
+    if !is_object(metadata) {
+        ops.push(add(
+            PointerBuf::from_tokens(["metadata"]),
+            json!({ "annotations": annotations }),
+        ));
+    } else if !is_object(metadata.and_then(|m| m.get("annotations"))) {
+        ops.push(add(
+            PointerBuf::from_tokens(["metadata", "annotations"]),
+            Value::Object(annotations),
+        ));
+    } else {
+        for (key, value) in annotations {
+            ops.push(add(
+                PointerBuf::from_tokens(["metadata", "annotations", key.as_str()]),
+                value,
+            ));
+        }
+    }
+    Some(PullSecretPatch {
+        patch: Patch(ops),
+        added,
+    })
+}

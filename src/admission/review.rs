@@ -1,0 +1,157 @@
+//! The AdmissionReview envelope: which requests cheiron acts on, and the response it sends.
+
+use kube::core::{
+    DynamicObject,
+    admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation},
+};
+use serde_json::Value;
+
+use super::{MutationResult, mutate};
+use crate::policy::{Skip, SubjectKind, View};
+
+/// A body that is not an AdmissionReview with a request (HTTP 400).
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidReview {
+    /// Not JSON at all.
+    #[error("body is not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    /// JSON, but not an AdmissionReview.
+    #[error("body is not an AdmissionReview: {0}")]
+    NotAReview(#[source] serde_json::Error),
+    /// An AdmissionReview without `request`.
+    #[error("AdmissionReview has no request")]
+    NoRequest,
+}
+
+/// How one review was handled, for metrics and logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A patch was returned.
+    Patched,
+    /// Managers apply but nothing was missing.
+    Unchanged,
+    /// Left alone by policy.
+    Skipped(Skip),
+    /// A kind, operation or subresource cheiron does not mutate.
+    NotHandled,
+    /// The object could not be read; allowed without a patch, with a warning.
+    Uninterpretable,
+}
+
+impl Outcome {
+    /// Short machine-readable name, used as a metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Patched => "patched",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Skipped(skip) => skip.as_str(),
+            Outcome::NotHandled => "not_handled",
+            Outcome::Uninterpretable => "uninterpretable",
+        }
+    }
+}
+
+/// The answer to one AdmissionReview.
+#[derive(Debug)]
+pub struct Admission {
+    /// The AdmissionReview to send back (always `allowed: true`, `uid` echoed).
+    pub review: AdmissionReview<DynamicObject>,
+    /// How it was handled.
+    pub outcome: Outcome,
+    /// `request.resource.resource`, e.g. `pods`.
+    pub resource: String,
+    /// `request.operation`, e.g. `CREATE`.
+    pub operation: &'static str,
+}
+
+fn operation_name(op: &Operation) -> &'static str {
+    match op {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
+        Operation::Connect => "CONNECT",
+    }
+}
+
+/// Which kind cheiron mutates for this request, if any.
+fn handled_kind(request: &AdmissionRequest<DynamicObject>) -> Option<SubjectKind> {
+    if request
+        .sub_resource
+        .as_deref()
+        .is_some_and(|s| !s.is_empty())
+        || !request.kind.group.is_empty()
+    {
+        return None;
+    }
+    match (request.kind.kind.as_str(), &request.operation) {
+        // Pod imagePullSecrets are immutable after creation.
+        ("Pod", Operation::Create) => Some(SubjectKind::Pod),
+        ("ServiceAccount", Operation::Create | Operation::Update) => {
+            Some(SubjectKind::ServiceAccount)
+        }
+        _ => None,
+    }
+}
+
+/// Answers one AdmissionReview body. Every request that parses is allowed; the object is
+/// read separately from the envelope so that an odd object yields a warning, not an error.
+pub fn review(body: &[u8], view: &dyn View) -> Result<Admission, InvalidReview> {
+    let mut value: Value = serde_json::from_slice(body).map_err(InvalidReview::NotJson)?;
+    let object = value
+        .get_mut("request")
+        .and_then(|r| r.get_mut("object"))
+        .map(Value::take)
+        .unwrap_or(Value::Null);
+    if let Some(old) = value
+        .get_mut("request")
+        .and_then(|r| r.get_mut("oldObject"))
+    {
+        // Not read, and may be as odd as `object`.
+        *old = Value::Null;
+    }
+    let envelope: AdmissionReview<DynamicObject> =
+        serde_json::from_value(value).map_err(InvalidReview::NotAReview)?;
+    let request: AdmissionRequest<DynamicObject> =
+        envelope.try_into().map_err(|_| InvalidReview::NoRequest)?;
+
+    let mut response = AdmissionResponse::from(&request);
+    let resource = request.resource.resource.clone();
+    let operation = operation_name(&request.operation);
+    let finish = |response: AdmissionResponse, outcome| Admission {
+        review: response.into_review(),
+        outcome,
+        resource: resource.clone(),
+        operation,
+    };
+
+    let (Some(kind), Some(namespace)) = (handled_kind(&request), request.namespace.as_deref())
+    else {
+        return Ok(finish(response, Outcome::NotHandled));
+    };
+    let mutation = match mutate(&object, kind, namespace, view) {
+        Ok(m) => m,
+        Err(e) => {
+            response.warnings = Some(vec![format!("cheiron: {e}; admitted unchanged")]);
+            return Ok(finish(response, Outcome::Uninterpretable));
+        }
+    };
+    if !mutation.warnings.is_empty() {
+        response.warnings = Some(mutation.warnings);
+    }
+    let outcome = match mutation.result {
+        MutationResult::Patched => match response.clone().with_patch(mutation.patch) {
+            Ok(patched) => {
+                response = patched;
+                Outcome::Patched
+            }
+            Err(e) => {
+                // Serialising a patch of strings cannot fail; admit unchanged if it ever does.
+                response.warnings = Some(vec![format!("cheiron: could not encode patch: {e}")]);
+                Outcome::Uninterpretable
+            }
+        },
+        MutationResult::Unchanged => Outcome::Unchanged,
+        MutationResult::Skipped(skip) => Outcome::Skipped(skip),
+    };
+    Ok(finish(response, outcome))
+}

@@ -1,0 +1,401 @@
+//! The patch builder and review envelope on plain JSON, including generated objects.
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::{
+    api::{ImagePullSecretManager, annotation},
+    policy::{Manager, NamespaceMeta, StaticView, SubjectKind},
+};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn manager(
+    namespace: &str,
+    mode: &str,
+    names: &[String],
+) -> Result<Manager, Box<dyn std::error::Error>> {
+    let secrets: Vec<Value> = names
+        .iter()
+        .map(|n| json!({"existingSecretRef": {"name": n}}))
+        .collect();
+    let m: ImagePullSecretManager = serde_json::from_value(json!({
+        "apiVersion": "cheiron.anny.co/v1alpha1",
+        "kind": "ImagePullSecretManager",
+        "metadata": {"name": "m", "namespace": namespace},
+        "spec": {"mode": mode, "secrets": secrets},
+    }))?;
+    Ok(Manager::from_namespaced(&m)?)
+}
+
+fn view(mode: &str, names: &[&str]) -> Result<StaticView, Box<dyn std::error::Error>> {
+    let names: Vec<String> = names.iter().map(|s| (*s).to_owned()).collect();
+    Ok(StaticView::new(
+        vec![manager("team", mode, &names)?],
+        [NamespaceMeta::named("team")],
+    ))
+}
+
+fn apply(object: &Value, patch: &json_patch::Patch) -> Result<Value, json_patch::PatchError> {
+    let mut patched = object.clone();
+    json_patch::patch(&mut patched, patch)?;
+    Ok(patched)
+}
+
+fn pull_secret_names(object: &Value, kind: SubjectKind) -> Vec<Option<String>> {
+    let list = match kind {
+        SubjectKind::Pod => &object["spec"]["imagePullSecrets"],
+        SubjectKind::ServiceAccount => &object["imagePullSecrets"],
+    };
+    list.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| e["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn pod_with_only_generate_name_gets_list_and_annotations_created() -> TestResult {
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "web-5d8f7-", "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "web", "image": "nginx"}]},
+    });
+    let mutation = mutate(&pod, SubjectKind::Pod, "team", &view("Pod", &["b", "a"])?)?;
+    assert_eq!(mutation.result, MutationResult::Patched);
+    assert_eq!(mutation.added, ["b", "a"]);
+    let patched = apply(&pod, &mutation.patch)?;
+    assert_eq!(
+        patched["spec"]["imagePullSecrets"],
+        json!([{"name": "b"}, {"name": "a"}])
+    );
+    assert_eq!(
+        patched["metadata"]["annotations"][annotation::RECONCILED],
+        "true"
+    );
+    assert_eq!(
+        patched["metadata"]["annotations"][annotation::RECONCILE_WITH],
+        "a,b"
+    );
+    assert_eq!(patched["spec"]["containers"], pod["spec"]["containers"]);
+    Ok(())
+}
+
+#[test]
+fn existing_entries_stay_first_and_only_missing_names_are_appended() -> TestResult {
+    let sa = json!({
+        "apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": "default", "annotations": {"team": "x"}},
+        "imagePullSecrets": [{"name": "theirs"}, {"name": "b"}],
+    });
+    let mutation = mutate(
+        &sa,
+        SubjectKind::ServiceAccount,
+        "team",
+        &view("ServiceAccount", &["a", "b"])?,
+    )?;
+    let patched = apply(&sa, &mutation.patch)?;
+    assert_eq!(
+        patched["imagePullSecrets"],
+        json!([{"name": "theirs"}, {"name": "b"}, {"name": "a"}])
+    );
+    assert_eq!(patched["metadata"]["annotations"]["team"], "x");
+    assert_eq!(
+        patched["metadata"]["annotations"][annotation::RECONCILE_WITH],
+        "a"
+    );
+    Ok(())
+}
+
+#[test]
+fn annotation_keys_are_escaped_in_patch_paths() -> TestResult {
+    let sa = json!({"metadata": {"name": "default", "annotations": {}}});
+    let mutation = mutate(
+        &sa,
+        SubjectKind::ServiceAccount,
+        "team",
+        &view("ServiceAccount", &["a"])?,
+    )?;
+    let paths: Vec<String> = serde_json::to_value(&mutation.patch)?
+        .as_array()
+        .map(|ops| {
+            ops.iter()
+                .filter_map(|op| op["path"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        paths,
+        [
+            "/imagePullSecrets",
+            "/metadata/annotations/cheiron.anny.co~1reconcile-with",
+            "/metadata/annotations/cheiron.anny.co~1reconciled",
+        ]
+    );
+    Ok(())
+}
+
+#[test]
+fn reconcile_with_unions_the_previous_value_sorted() {
+    let added = ["c".to_owned(), "a".to_owned()];
+    assert_eq!(reconcile_with(Some("b, a,,d"), &added), "a,b,c,d");
+    assert_eq!(reconcile_with(None, &added), "a,c");
+}
+
+#[test]
+fn object_already_referencing_everything_is_unchanged() -> TestResult {
+    let sa = json!({"metadata": {"name": "default"}, "imagePullSecrets": [{"name": "a"}]});
+    let mutation = mutate(
+        &sa,
+        SubjectKind::ServiceAccount,
+        "team",
+        &view("ServiceAccount", &["a"])?,
+    )?;
+    assert_eq!(mutation.result, MutationResult::Unchanged);
+    assert!(mutation.patch.0.is_empty());
+    Ok(())
+}
+
+#[test]
+fn missing_secrets_draw_a_warning_but_are_still_referenced() -> TestResult {
+    let view = view("ServiceAccount", &["present", "absent"])?
+        .with_secrets([("team".to_owned(), "present".to_owned())]);
+    let sa = json!({"metadata": {"name": "default"}});
+    let mutation = mutate(&sa, SubjectKind::ServiceAccount, "team", &view)?;
+    assert_eq!(mutation.added, ["present", "absent"]);
+    assert_eq!(mutation.warnings.len(), 1);
+    assert!(
+        mutation.warnings[0].contains("team/absent"),
+        "{:?}",
+        mutation.warnings
+    );
+    Ok(())
+}
+
+#[test]
+fn malformed_objects_are_uninterpretable() -> TestResult {
+    let v = view("ServiceAccount", &["a"])?;
+    for bad in [
+        json!(42),
+        json!({"metadata": {"labels": "not-a-map"}}),
+        json!({"metadata": {}, "imagePullSecrets": "x"}),
+        json!({"metadata": {}, "imagePullSecrets": [{"name": 7}]}),
+    ] {
+        assert!(
+            mutate(&bad, SubjectKind::ServiceAccount, "team", &v).is_err(),
+            "{bad}"
+        );
+    }
+    Ok(())
+}
+
+fn review_body(kind: &str, resource: &str, operation: &str, object: Value) -> Vec<u8> {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "7f0b2c1e-0000-4000-8000-000000000001",
+            "kind": {"group": "", "version": "v1", "kind": kind},
+            "resource": {"group": "", "version": "v1", "resource": resource},
+            "namespace": "team",
+            "operation": operation,
+            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
+            "object": object,
+            "oldObject": null,
+            "dryRun": false,
+        }
+    })
+    .to_string()
+    .into_bytes()
+}
+
+#[test]
+fn review_echoes_uid_allows_and_patches_pod_create() -> TestResult {
+    let body = review_body(
+        "Pod",
+        "pods",
+        "CREATE",
+        json!({"metadata": {"generateName": "x-"}, "spec": {}}),
+    );
+    let admission = review(&body, &view("Pod", &["a"])?)?;
+    assert_eq!(admission.outcome, Outcome::Patched);
+    let response = serde_json::to_value(&admission.review)?;
+    assert_eq!(
+        response["response"]["uid"],
+        "7f0b2c1e-0000-4000-8000-000000000001"
+    );
+    assert_eq!(response["response"]["allowed"], true);
+    assert_eq!(response["response"]["patchType"], "JSONPatch");
+    assert_eq!(response["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(response["kind"], "AdmissionReview");
+    Ok(())
+}
+
+#[test]
+fn review_leaves_pod_updates_deletes_and_other_kinds_alone() -> TestResult {
+    let v = view("Pod", &["a"])?;
+    let pod = json!({"metadata": {"name": "x"}, "spec": {}});
+    for body in [
+        review_body("Pod", "pods", "UPDATE", pod.clone()),
+        review_body("Pod", "pods", "DELETE", Value::Null),
+        review_body(
+            "ConfigMap",
+            "configmaps",
+            "CREATE",
+            json!({"metadata": {"name": "x"}}),
+        ),
+    ] {
+        let admission = review(&body, &v)?;
+        assert_eq!(admission.outcome, Outcome::NotHandled);
+        let response = serde_json::to_value(&admission.review)?;
+        assert_eq!(response["response"]["allowed"], true);
+        assert!(response["response"].get("patch").is_none());
+    }
+    Ok(())
+}
+
+#[test]
+fn review_admits_uninterpretable_objects_with_a_warning() -> TestResult {
+    let body = review_body(
+        "ServiceAccount",
+        "serviceaccounts",
+        "CREATE",
+        json!({"metadata": "nope"}),
+    );
+    let admission = review(&body, &view("ServiceAccount", &["a"])?)?;
+    assert_eq!(admission.outcome, Outcome::Uninterpretable);
+    let response = serde_json::to_value(&admission.review)?;
+    assert_eq!(response["response"]["allowed"], true);
+    assert!(
+        response["response"]["warnings"][0]
+            .as_str()
+            .is_some_and(|w| w.contains("metadata"))
+    );
+    Ok(())
+}
+
+#[test]
+fn bodies_that_are_not_reviews_are_rejected() -> TestResult {
+    let v = view("Pod", &["a"])?;
+    assert!(matches!(
+        review(b"\x00\xffnot json", &v),
+        Err(InvalidReview::NotJson(_))
+    ));
+    assert!(matches!(
+        review(b"[1,2]", &v),
+        Err(InvalidReview::NotAReview(_))
+    ));
+    assert!(matches!(
+        review(
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#,
+            &v
+        ),
+        Err(InvalidReview::NoRequest)
+    ));
+    Ok(())
+}
+
+const NAMES: [&str; 6] = ["a", "b", "docker-hub", "ghcr", "x.y", "z-1"];
+
+fn name() -> impl Strategy<Value = String> {
+    prop::sample::select(NAMES.to_vec()).prop_map(str::to_owned)
+}
+
+prop_compose! {
+    fn object(kind: SubjectKind)(
+        existing in prop::option::of(prop::collection::vec(prop_oneof![
+            name().prop_map(|n| json!({"name": n})),
+            Just(json!({})),
+        ], 0..5)),
+        annotations in prop::option::of(prop::collection::btree_map(
+            prop_oneof![Just(annotation::RECONCILE_WITH.to_owned()), Just("app/x".to_owned()), Just("a~b/c".to_owned())],
+            prop_oneof![Just("b,ghcr".to_owned()), Just(String::new()), Just("v".to_owned())],
+            0..3,
+        )),
+        with_spec in any::<bool>(),
+    ) -> Value {
+        let mut metadata = json!({"generateName": "p-"});
+        if let Some(a) = annotations {
+            metadata["annotations"] = json!(a);
+        }
+        let mut object = json!({"metadata": metadata});
+        match (kind, existing) {
+            (SubjectKind::Pod, existing) => {
+                if with_spec || existing.is_some() {
+                    object["spec"] = json!({"containers": [{"name": "c", "image": "i"}]});
+                }
+                if let Some(e) = existing {
+                    object["spec"]["imagePullSecrets"] = Value::Array(e);
+                }
+            }
+            (SubjectKind::ServiceAccount, Some(e)) => object["imagePullSecrets"] = Value::Array(e),
+            (SubjectKind::ServiceAccount, None) => {}
+        }
+        object
+    }
+}
+
+fn kind() -> impl Strategy<Value = SubjectKind> {
+    prop_oneof![Just(SubjectKind::Pod), Just(SubjectKind::ServiceAccount)]
+}
+
+fn unique(names: Vec<String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for n in names {
+        if !out.contains(&n) {
+            out.push(n);
+        }
+    }
+    out
+}
+
+proptest! {
+    #[test]
+    fn patch_applies_keeps_existing_entries_and_is_idempotent(
+        (kind, object) in kind().prop_flat_map(|k| (Just(k), object(k))),
+        wanted in prop::collection::vec(name(), 1..5).prop_map(unique),
+    ) {
+        let mode = match kind { SubjectKind::Pod => "Pod", SubjectKind::ServiceAccount => "ServiceAccount" };
+        let names: Vec<&str> = wanted.iter().map(String::as_str).collect();
+        let view = view(mode, &names).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let mutation = mutate(&object, kind, "team", &view).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let patched = apply(&object, &mutation.patch).map_err(|e| TestCaseError::fail(e.to_string()))?;
+
+        let before = pull_secret_names(&object, kind);
+        let after = pull_secret_names(&patched, kind);
+        // Every existing entry survives, in place, and new ones come after.
+        prop_assert_eq!(&after[..before.len()], &before[..]);
+        // Every wanted name is referenced, and nothing cheiron added is duplicated.
+        for n in &wanted {
+            prop_assert!(after.contains(&Some(n.clone())));
+        }
+        let appended = &after[before.len()..];
+        for (i, n) in appended.iter().enumerate() {
+            prop_assert!(!before.contains(n) && !appended[..i].contains(n));
+        }
+        // Annotations: all previous ones kept; reconcile-with lists what was added.
+        if let Some(previous) = object["metadata"]["annotations"].as_object() {
+            for (k, v) in previous {
+                if k != annotation::RECONCILE_WITH {
+                    prop_assert_eq!(&patched["metadata"]["annotations"][k], v);
+                }
+            }
+        }
+        if mutation.result == MutationResult::Patched {
+            prop_assert_eq!(&patched["metadata"]["annotations"][annotation::RECONCILED], "true");
+            let listed = patched["metadata"]["annotations"][annotation::RECONCILE_WITH].as_str().unwrap_or("").to_owned();
+            for n in &mutation.added {
+                prop_assert!(listed.split(',').any(|l| l == n));
+            }
+        } else {
+            prop_assert_eq!(&patched, &object);
+        }
+        // Idempotent: the webhook applied to its own output returns no patch.
+        let again = mutate(&patched, kind, "team", &view).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(again.result, MutationResult::Unchanged);
+        prop_assert!(again.patch.0.is_empty());
+    }
+}

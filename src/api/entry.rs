@@ -1,0 +1,108 @@
+//! One entry of a manager's `spec.secrets`: inline credentials or a reference to an
+//! existing Secret.
+
+use kube::KubeSchema;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// What a manager injects pull secrets into.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum Mode {
+    /// Add the pull secrets to ServiceAccounts; Pods inherit them through the built-in
+    /// ServiceAccount admission plugin.
+    #[default]
+    ServiceAccount,
+    /// Add the pull secrets to each Pod's spec at creation.
+    Pod,
+}
+
+impl Mode {
+    /// The name as written in manifests.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::ServiceAccount => "ServiceAccount",
+            Mode::Pod => "Pod",
+        }
+    }
+}
+
+/// One pull secret of a manager. Either inline credentials (`name`, `registry`, `username`,
+/// `password` or `passwordSecretRef`, optional `email`) or `existingSecretRef`, never both.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = super::rules::entry_exclusive(),
+    validation = super::rules::entry_inline_fields(),
+    validation = super::rules::entry_one_password(),
+)]
+pub struct PullSecretEntry {
+    /// Name of the Secret cheiron writes into every target namespace. Defaults to
+    /// `existingSecretRef.name` for references.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253), regex(pattern = super::rules::OBJECT_NAME_PATTERN))]
+    pub name: Option<String>,
+    /// Registry server, e.g. `https://index.docker.io/v1/` or `ghcr.io`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub registry: Option<String>,
+    /// Registry user name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub username: Option<String>,
+    /// Inline password or token. Accepted for compatibility with the original Cheiron;
+    /// prefer `passwordSecretRef` (the manager reports `InlineCredentials`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 8192))]
+    pub password: Option<String>,
+    /// Key of a Secret holding the password or token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_secret_ref: Option<SecretKeyRef>,
+    /// Optional e-mail address some registries want.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub email: Option<String>,
+    /// An existing `kubernetes.io/dockerconfigjson` (or legacy `kubernetes.io/dockercfg`)
+    /// Secret to copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub existing_secret_ref: Option<SecretRef>,
+}
+
+impl PullSecretEntry {
+    /// The name of the Secret this entry becomes in each target namespace.
+    pub fn target_name(&self) -> Option<&str> {
+        self.name
+            .as_deref()
+            .or_else(|| self.existing_secret_ref.as_ref().map(|r| r.name.as_str()))
+    }
+}
+
+/// Reference to a whole Secret. `namespace` is required in cluster managers and rejected
+/// in namespaced ones.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretRef {
+    /// Secret name.
+    #[schemars(length(min = 1, max = 253), regex(pattern = super::rules::OBJECT_NAME_PATTERN))]
+    pub name: String,
+    /// Secret namespace (cluster managers only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: Option<String>,
+}
+
+/// Reference to one key of a Secret. `namespace` is required in cluster managers and
+/// rejected in namespaced ones.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Secret name.
+    #[schemars(length(min = 1, max = 253), regex(pattern = super::rules::OBJECT_NAME_PATTERN))]
+    pub name: String,
+    /// Key within the Secret's data.
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[-._a-zA-Z0-9]+$"))]
+    pub key: String,
+    /// Secret namespace (cluster managers only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: Option<String>,
+}

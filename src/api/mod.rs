@@ -1,0 +1,56 @@
+//! The `cheiron.anny.co/v1alpha1` API: the two manager kinds, their status, and the
+//! well-known names (annotations, labels, finalizer) cheiron reads and writes.
+
+mod cluster;
+mod crd;
+mod entry;
+mod namespaced;
+pub mod rules;
+mod status;
+
+pub use cluster::{ClusterImagePullSecretManager, ClusterImagePullSecretManagerSpec};
+pub use crd::{crds, crds_yaml};
+pub use entry::{Mode, PullSecretEntry, SecretKeyRef, SecretRef};
+pub use namespaced::{ImagePullSecretManager, ImagePullSecretManagerSpec};
+pub use rules::{InvalidSpec, validate_cluster, validate_namespaced};
+pub use status::{ManagerStatus, NamespaceFailure};
+
+/// The API group of both manager kinds.
+pub const GROUP: &str = "cheiron.anny.co";
+/// The API version of both manager kinds.
+pub const VERSION: &str = "v1alpha1";
+
+/// Annotation keys on Pods, ServiceAccounts and Namespaces.
+pub mod annotation {
+    /// `"true"` on an object or namespace (label or annotation): cheiron leaves it alone.
+    pub const IGNORE: &str = "cheiron.anny.co/ignore";
+    /// `"false"` on an object: cheiron leaves it alone (the original Cheiron opt-out).
+    pub const RECONCILABLE: &str = "cheiron.anny.co/reconcilable";
+    /// Set to `"true"` on every object cheiron patched.
+    pub const RECONCILED: &str = "cheiron.anny.co/reconciled";
+    /// The sorted, comma-separated names of the pull secrets cheiron added.
+    pub const RECONCILE_WITH: &str = "cheiron.anny.co/reconcile-with";
+}
+
+/// Labels on the Secrets cheiron writes.
+pub mod label {
+    /// Standard ownership label; cheiron never touches a Secret without it.
+    pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+    /// The value of [`MANAGED_BY`] on cheiron's Secrets.
+    pub const MANAGED_BY_VALUE: &str = "cheiron";
+    /// Kind of the manager that owns a Secret (`ImagePullSecretManager` or `ClusterImagePullSecretManager`).
+    pub const MANAGER_KIND: &str = "cheiron.anny.co/manager-kind";
+    /// Name of the manager that owns a Secret.
+    pub const MANAGER_NAME: &str = "cheiron.anny.co/manager-name";
+    /// Namespace of the manager that owns a Secret (namespaced managers only).
+    pub const MANAGER_NAMESPACE: &str = "cheiron.anny.co/manager-namespace";
+}
+
+/// Finalizer cheiron puts on managers so that deleting one cleans up after it.
+pub const FINALIZER: &str = "cheiron.anny.co/cleanup";
+
+/// The namespaces a cluster manager never reaches unless it names them literally.
+pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
+
+#[cfg(test)]
+mod tests;

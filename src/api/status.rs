@@ -1,0 +1,40 @@
+//! Status shared by both manager kinds.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// What the controller last observed and did for a manager.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagerStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, with reasons such as `Synced`, `SourceMissing`, `InvalidSource`, `Conflict`,
+    /// `InlineCredentials`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Namespaces in scope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_namespaces: Option<i32>,
+    /// Namespaces holding every Secret of this manager, up to date.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synced_namespaces: Option<i32>,
+    /// `synced/target`, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<String>,
+    /// A bounded list of namespaces that could not be synced, with the reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<NamespaceFailure>,
+}
+
+/// Why one namespace could not be synced.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceFailure {
+    /// The namespace.
+    pub namespace: String,
+    /// What went wrong, never a secret value.
+    pub message: String,
+}

@@ -1,0 +1,164 @@
+//! `cheiron mutate`: the webhook's decision for each Pod and ServiceAccount in a manifest,
+//! with no cluster.
+
+use std::{
+    io::{Read, Write},
+    path::PathBuf,
+};
+
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::{
+    admission::mutate,
+    policy::{StaticView, SubjectKind},
+    source::load_paths,
+};
+
+/// What `cheiron mutate` prints.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// The mutated objects as a YAML stream.
+    #[default]
+    Yaml,
+    /// The mutated object as JSON (a `v1/List` when there are several).
+    Json,
+    /// One RFC 6902 JSON Patch per object and line (`[]` when nothing changes).
+    Patch,
+}
+
+/// Arguments of `cheiron mutate`.
+#[derive(Args, Debug)]
+pub struct MutateArgs {
+    /// Managers and Namespaces (YAML/JSON files or directories).
+    #[arg(
+        long = "from",
+        value_name = "PATH",
+        required = true,
+        env = "CHEIRON_FROM",
+        value_delimiter = ','
+    )]
+    from: Vec<PathBuf>,
+    /// Namespace for objects without `metadata.namespace` (default: `default`).
+    #[arg(long, short = 'n', env = "CHEIRON_NAMESPACE")]
+    namespace: Option<String>,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Yaml)]
+    output: OutputFormat,
+    /// The manifest to mutate; `-` reads standard input.
+    #[arg(value_name = "FILE|-")]
+    file: PathBuf,
+}
+
+/// One Pod or ServiceAccount document and what cheiron makes of it.
+struct Mutated {
+    object: Value,
+    patch: json_patch::Patch,
+}
+
+impl MutateArgs {
+    /// Mutates every Pod and ServiceAccount in the file and writes the result to `out`.
+    pub fn run(self, out: &mut dyn Write) -> anyhow::Result<()> {
+        let Self {
+            from,
+            namespace,
+            output,
+            file,
+        } = self;
+        let loaded = load_paths(&from)?;
+        let view = StaticView::new(loaded.managers, loaded.namespaces);
+        let text = read_input(&file)?;
+        let label = file.display().to_string();
+
+        let mut results = Vec::new();
+        for (index, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+            let mut object = Value::deserialize(document)
+                .with_context(|| format!("{label}: document {}: not YAML or JSON", index + 1))?;
+            let kind = match (object["apiVersion"].as_str(), object["kind"].as_str()) {
+                _ if object.is_null() => continue,
+                (Some("v1"), Some("Pod")) => SubjectKind::Pod,
+                (Some("v1"), Some("ServiceAccount")) => SubjectKind::ServiceAccount,
+                (_, kind) => {
+                    tracing::info!(
+                        "{label}: document {} is a {}, not a Pod or ServiceAccount; skipped",
+                        index + 1,
+                        kind.unwrap_or("document without a kind")
+                    );
+                    continue;
+                }
+            };
+            let ns = object["metadata"]["namespace"]
+                .as_str()
+                .map(str::to_owned)
+                .or_else(|| namespace.clone())
+                .unwrap_or_else(|| "default".to_owned());
+            let mutation = mutate(&object, kind, &ns, &view)
+                .with_context(|| format!("{label}: document {}", index + 1))?;
+            for warning in &mutation.warnings {
+                tracing::warn!("{warning}");
+            }
+            json_patch::patch(&mut object, &mutation.patch).with_context(|| {
+                format!("{label}: document {}: patch does not apply", index + 1)
+            })?;
+            results.push(Mutated {
+                object,
+                patch: mutation.patch,
+            });
+        }
+        if results.is_empty() {
+            bail!("{label}: no Pod or ServiceAccount documents (apiVersion v1)");
+        }
+        write_results(out, output, results)
+    }
+}
+
+fn read_input(file: &PathBuf) -> anyhow::Result<String> {
+    if file.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("standard input")?;
+        Ok(text)
+    } else {
+        std::fs::read_to_string(file).with_context(|| file.display().to_string())
+    }
+}
+
+fn write_results(
+    out: &mut dyn Write,
+    output: OutputFormat,
+    results: Vec<Mutated>,
+) -> anyhow::Result<()> {
+    match output {
+        OutputFormat::Yaml => {
+            for r in results {
+                writeln!(out, "---")?;
+                write!(out, "{}", serde_yaml::to_string(&r.object)?)?;
+            }
+        }
+        OutputFormat::Json => {
+            let value = if results.len() == 1 {
+                results
+                    .into_iter()
+                    .map(|r| r.object)
+                    .collect::<Vec<_>>()
+                    .remove(0)
+            } else {
+                serde_json::json!({
+                    "apiVersion": "v1",
+                    "kind": "List",
+                    "items": results.into_iter().map(|r| r.object).collect::<Vec<_>>(),
+                })
+            };
+            writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
+        }
+        OutputFormat::Patch => {
+            for r in results {
+                writeln!(out, "{}", serde_json::to_string(&r.patch)?)?;
+            }
+        }
+    }
+    Ok(())
+}

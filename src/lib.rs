@@ -1,0 +1,8 @@
+//! cheiron: distributes registry pull secrets to every Pod that should have them, at admission.
+
+pub mod admission;
+pub mod cli;
+pub mod api;
+pub mod policy;
+pub mod source;
+pub mod telemetry;

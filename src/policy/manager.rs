@@ -1,0 +1,273 @@
+//! The domain view of a manager: its scope, its selectors and the Secret names it injects,
+//! compiled once from the API object so that admission does no parsing.
+
+use std::{collections::BTreeSet, fmt};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use kube::{
+    ResourceExt,
+    core::{ParseExpressionError, Selector, SelectorExt},
+};
+
+use super::{InvalidGlob, NamespaceGlob, NamespaceMeta, Scope, Subject, SubjectKind};
+use crate::api::{ClusterImagePullSecretManager, ImagePullSecretManager, Mode, PullSecretEntry};
+
+/// Which of the two kinds a manager is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ManagerKind {
+    /// `ImagePullSecretManager`.
+    Namespaced,
+    /// `ClusterImagePullSecretManager`.
+    Cluster,
+}
+
+impl ManagerKind {
+    /// The Kubernetes kind name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ManagerKind::Namespaced => "ImagePullSecretManager",
+            ManagerKind::Cluster => "ClusterImagePullSecretManager",
+        }
+    }
+}
+
+/// Identifies a manager across both kinds.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ManagerId {
+    /// Namespaced or cluster.
+    pub kind: ManagerKind,
+    /// The namespace of a namespaced manager.
+    pub namespace: Option<String>,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+impl fmt::Display for ManagerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {}/{}", self.kind.as_str(), ns, self.name),
+            None => write!(f, "{} {}", self.kind.as_str(), self.name),
+        }
+    }
+}
+
+/// A manager object that cannot be compiled (the CRD schema normally prevents all of these).
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidManager {
+    /// A label selector with an unknown operator or missing values.
+    #[error("{manager}: {field}: {source}")]
+    Selector {
+        /// The manager.
+        manager: ManagerId,
+        /// The field holding the selector.
+        field: &'static str,
+        /// What is wrong.
+        source: ParseExpressionError,
+    },
+    /// A namespace glob outside the grammar.
+    #[error("{manager}: {source}")]
+    Glob {
+        /// The manager.
+        manager: ManagerId,
+        /// What is wrong.
+        source: InvalidGlob,
+    },
+    /// An entry with neither `name` nor `existingSecretRef`.
+    #[error("{manager}: secrets[{index}] has neither name nor existingSecretRef")]
+    UnnamedEntry {
+        /// The manager.
+        manager: ManagerId,
+        /// Index in `spec.secrets`.
+        index: usize,
+    },
+    /// A namespaced manager without a namespace.
+    #[error("ImagePullSecretManager {0} has no namespace")]
+    NoNamespace(String),
+}
+
+/// A manager, compiled for fast admission decisions.
+#[derive(Clone, Debug)]
+pub struct Manager {
+    /// Which manager this is.
+    pub id: ManagerId,
+    /// `metadata.creationTimestamp`; the older manager wins a contested Secret name.
+    pub created: Option<Time>,
+    /// Pod or ServiceAccount.
+    pub mode: Mode,
+    /// The namespaces it acts on.
+    pub scope: Scope,
+    secret_names: Vec<String>,
+    service_account_names: Option<BTreeSet<String>>,
+    service_account_selector: Option<Selector>,
+    pod_selector: Option<Selector>,
+}
+
+/// The fields both kinds share.
+struct Common<'a> {
+    mode: Mode,
+    secrets: &'a [PullSecretEntry],
+    merge_into: Option<&'a str>,
+    service_account_names: Option<&'a Vec<String>>,
+    service_account_selector: Option<&'a LabelSelector>,
+    pod_selector: Option<&'a LabelSelector>,
+}
+
+impl Manager {
+    /// Compiles an `ImagePullSecretManager`.
+    pub fn from_namespaced(m: &ImagePullSecretManager) -> Result<Self, InvalidManager> {
+        let namespace = m
+            .namespace()
+            .ok_or_else(|| InvalidManager::NoNamespace(m.name_any()))?;
+        let id = ManagerId {
+            kind: ManagerKind::Namespaced,
+            namespace: Some(namespace.clone()),
+            name: m.name_any(),
+        };
+        let spec = &m.spec;
+        Self::compile(
+            id,
+            m.metadata.creation_timestamp.clone(),
+            Scope::Namespace(namespace),
+            Common {
+                mode: spec.mode,
+                secrets: &spec.secrets,
+                merge_into: spec.merge_into.as_deref(),
+                service_account_names: spec.service_account_names.as_ref(),
+                service_account_selector: spec.service_account_selector.as_ref(),
+                pod_selector: spec.pod_selector.as_ref(),
+            },
+        )
+    }
+
+    /// Compiles a `ClusterImagePullSecretManager`.
+    pub fn from_cluster(m: &ClusterImagePullSecretManager) -> Result<Self, InvalidManager> {
+        let id = ManagerId {
+            kind: ManagerKind::Cluster,
+            namespace: None,
+            name: m.name_any(),
+        };
+        let spec = &m.spec;
+        let globs = |list: &Option<Vec<String>>| -> Result<Vec<NamespaceGlob>, InvalidManager> {
+            list.iter()
+                .flatten()
+                .map(|g| {
+                    NamespaceGlob::parse(g).map_err(|source| InvalidManager::Glob {
+                        manager: id.clone(),
+                        source,
+                    })
+                })
+                .collect()
+        };
+        let scope = Scope::Cluster {
+            selector: selector(&id, "namespaceSelector", spec.namespace_selector.as_ref())?,
+            include: globs(&spec.namespaces)?,
+            exclude: globs(&spec.exclude_namespaces)?,
+        };
+        Self::compile(
+            id,
+            m.metadata.creation_timestamp.clone(),
+            scope,
+            Common {
+                mode: spec.mode,
+                secrets: &spec.secrets,
+                merge_into: spec.merge_into.as_deref(),
+                service_account_names: spec.service_account_names.as_ref(),
+                service_account_selector: spec.service_account_selector.as_ref(),
+                pod_selector: spec.pod_selector.as_ref(),
+            },
+        )
+    }
+
+    fn compile(
+        id: ManagerId,
+        created: Option<Time>,
+        scope: Scope,
+        common: Common<'_>,
+    ) -> Result<Self, InvalidManager> {
+        let secret_names = match common.merge_into {
+            Some(merged) => vec![merged.to_owned()],
+            None => {
+                let mut names: Vec<String> = Vec::with_capacity(common.secrets.len());
+                for (index, entry) in common.secrets.iter().enumerate() {
+                    let name = entry
+                        .target_name()
+                        .ok_or_else(|| InvalidManager::UnnamedEntry {
+                            manager: id.clone(),
+                            index,
+                        })?;
+                    if !names.iter().any(|n| n == name) {
+                        names.push(name.to_owned());
+                    }
+                }
+                names
+            }
+        };
+        Ok(Self {
+            service_account_selector: selector(
+                &id,
+                "serviceAccountSelector",
+                common.service_account_selector,
+            )?,
+            pod_selector: selector(&id, "podSelector", common.pod_selector)?,
+            service_account_names: common
+                .service_account_names
+                .map(|names| names.iter().cloned().collect()),
+            id,
+            created,
+            mode: common.mode,
+            scope,
+            secret_names,
+        })
+    }
+
+    /// The Secret names this manager injects (one per entry, or the `mergeInto` name).
+    pub fn secret_names(&self) -> &[String] {
+        &self.secret_names
+    }
+
+    /// True when this manager wants `subject` in `namespace` to reference its Secrets:
+    /// the mode fits the kind, the namespace is in scope, and the object's selectors match.
+    /// Opt-out annotations are checked by [`super::decide`].
+    pub fn applies_to(&self, subject: &Subject<'_>, namespace: &NamespaceMeta) -> bool {
+        if self.mode != subject.kind.mode() || !self.scope.contains(namespace) {
+            return false;
+        }
+        match subject.kind {
+            SubjectKind::Pod => self
+                .pod_selector
+                .as_ref()
+                .is_none_or(|s| s.matches(subject.labels)),
+            SubjectKind::ServiceAccount => {
+                self.service_account_names
+                    .as_ref()
+                    .is_none_or(|names| names.contains(subject.name))
+                    && self
+                        .service_account_selector
+                        .as_ref()
+                        .is_none_or(|s| s.matches(subject.labels))
+            }
+        }
+    }
+
+    /// Orders managers oldest first (ties broken by kind, namespace and name), the order in
+    /// which they claim Secret names.
+    pub fn seniority(&self) -> (Option<&Time>, &ManagerId) {
+        (self.created.as_ref(), &self.id)
+    }
+}
+
+fn selector(
+    manager: &ManagerId,
+    field: &'static str,
+    selector: Option<&LabelSelector>,
+) -> Result<Option<Selector>, InvalidManager> {
+    selector
+        .cloned()
+        .map(Selector::try_from)
+        .transpose()
+        .map_err(|source| InvalidManager::Selector {
+            manager: manager.clone(),
+            field,
+            source,
+        })
+}

@@ -1,0 +1,151 @@
+//! The pure policy engine: which pull secrets an admitted Pod or ServiceAccount should
+//! reference, given the managers and the namespace. No I/O, no Kubernetes client.
+
+mod glob;
+mod manager;
+mod scope;
+mod view;
+
+#[cfg(test)]
+mod tests;
+
+pub use glob::{InvalidGlob, NamespaceGlob};
+pub use manager::{InvalidManager, Manager, ManagerId, ManagerKind};
+pub use scope::Scope;
+pub use view::{NamespaceMeta, StaticView, View};
+
+use std::collections::BTreeMap;
+
+use crate::api::{Mode, annotation};
+
+/// The kind of object being admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SubjectKind {
+    /// A Pod (managers in mode `Pod`).
+    Pod,
+    /// A ServiceAccount (managers in mode `ServiceAccount`).
+    ServiceAccount,
+}
+
+impl SubjectKind {
+    /// The mode of manager that acts on this kind.
+    pub fn mode(self) -> Mode {
+        match self {
+            SubjectKind::Pod => Mode::Pod,
+            SubjectKind::ServiceAccount => Mode::ServiceAccount,
+        }
+    }
+
+    /// The Kubernetes kind name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SubjectKind::Pod => "Pod",
+            SubjectKind::ServiceAccount => "ServiceAccount",
+        }
+    }
+}
+
+/// What the policy needs to know of the object being admitted.
+#[derive(Clone, Copy, Debug)]
+pub struct Subject<'a> {
+    /// Pod or ServiceAccount.
+    pub kind: SubjectKind,
+    /// `metadata.name`; empty for a Pod created with only `generateName`.
+    pub name: &'a str,
+    /// The object's labels.
+    pub labels: &'a BTreeMap<String, String>,
+    /// The object's annotations.
+    pub annotations: &'a BTreeMap<String, String>,
+}
+
+/// Why an object gets no pull secrets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Skip {
+    /// The object is annotated `cheiron.anny.co/ignore: "true"` or `cheiron.anny.co/reconcilable: "false"`.
+    ObjectOptedOut,
+    /// The namespace is labelled or annotated `cheiron.anny.co/ignore: "true"`.
+    NamespaceOptedOut,
+    /// No manager of the right mode has the namespace in scope and selects the object.
+    NoManager,
+}
+
+impl Skip {
+    /// Short machine-readable name, used as a metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Skip::ObjectOptedOut => "object_opted_out",
+            Skip::NamespaceOptedOut => "namespace_opted_out",
+            Skip::NoManager => "no_manager",
+        }
+    }
+}
+
+/// The policy's answer for one object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Reference these Secrets (in order, without duplicates), on behalf of these managers.
+    Inject {
+        /// Secret names in the order they should be appended.
+        secrets: Vec<String>,
+        /// The managers that asked for them.
+        managers: Vec<ManagerId>,
+    },
+    /// Leave the object alone.
+    Skip(Skip),
+}
+
+/// True when `annotations` (or labels) opt out with `cheiron.anny.co/ignore: "true"`.
+fn ignored(map: &BTreeMap<String, String>) -> bool {
+    map.get(annotation::IGNORE).is_some_and(|v| v == "true")
+}
+
+/// True when an object's annotations opt it out of cheiron.
+pub fn object_opted_out(annotations: &BTreeMap<String, String>) -> bool {
+    ignored(annotations)
+        || annotations
+            .get(annotation::RECONCILABLE)
+            .is_some_and(|v| v == "false")
+}
+
+/// True when a namespace opts out through its labels or annotations.
+pub fn namespace_opted_out(namespace: &NamespaceMeta) -> bool {
+    ignored(&namespace.labels) || ignored(&namespace.annotations)
+}
+
+/// Decides which pull secrets `subject` in `namespace` should reference.
+///
+/// Managers are consulted in the order given; the first to name a Secret decides its
+/// position, so callers pass them oldest first for a stable result.
+pub fn decide<'m>(
+    subject: &Subject<'_>,
+    namespace: &NamespaceMeta,
+    managers: impl IntoIterator<Item = &'m Manager>,
+) -> Decision {
+    if object_opted_out(subject.annotations) {
+        return Decision::Skip(Skip::ObjectOptedOut);
+    }
+    if namespace_opted_out(namespace) {
+        return Decision::Skip(Skip::NamespaceOptedOut);
+    }
+    let mut secrets: Vec<String> = Vec::new();
+    let mut ids = Vec::new();
+    for manager in managers {
+        if !manager.applies_to(subject, namespace) {
+            continue;
+        }
+        for name in manager.secret_names() {
+            if !secrets.iter().any(|s| s == name) {
+                secrets.push(name.clone());
+            }
+        }
+        ids.push(manager.id.clone());
+    }
+    if ids.is_empty() {
+        Decision::Skip(Skip::NoManager)
+    } else {
+        Decision::Inject {
+            secrets,
+            managers: ids,
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! What admission sees of the cluster: managers, namespaces, and which of cheiron's Secrets
+//! exist. Implemented over reflector stores in cluster mode and over plain values in static
+//! mode and tests.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::Arc,
+};
+
+use super::Manager;
+
+/// The parts of a Namespace the policy reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NamespaceMeta {
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
+    /// `metadata.annotations`.
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl NamespaceMeta {
+    /// A namespace with no labels or annotations.
+    pub fn named(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            ..Self::default()
+        }
+    }
+}
+
+/// A consistent read-only view for admission decisions.
+pub trait View: Send + Sync {
+    /// All valid managers, oldest first.
+    fn managers(&self) -> Arc<[Manager]>;
+    /// The namespace, if known.
+    fn namespace(&self, name: &str) -> Option<NamespaceMeta>;
+    /// Whether Secret `name` exists in `namespace`; `None` when this view does not track Secrets.
+    fn secret_exists(&self, namespace: &str, name: &str) -> Option<bool>;
+}
+
+/// A [`View`] over plain values: static mode (`--from`), `cheiron mutate`, and tests.
+#[derive(Clone, Debug, Default)]
+pub struct StaticView {
+    managers: Arc<[Manager]>,
+    namespaces: HashMap<String, NamespaceMeta>,
+    secrets: Option<HashSet<(String, String)>>,
+}
+
+impl StaticView {
+    /// A view of these managers and namespaces that does not track Secrets.
+    pub fn new(
+        mut managers: Vec<Manager>,
+        namespaces: impl IntoIterator<Item = NamespaceMeta>,
+    ) -> Self {
+        managers.sort_by(|a, b| a.seniority().cmp(&b.seniority()));
+        Self {
+            managers: managers.into(),
+            namespaces: namespaces
+                .into_iter()
+                .map(|ns| (ns.name.clone(), ns))
+                .collect(),
+            secrets: None,
+        }
+    }
+
+    /// Tracks these `(namespace, name)` Secrets, so that references to others draw a warning.
+    pub fn with_secrets(mut self, secrets: impl IntoIterator<Item = (String, String)>) -> Self {
+        self.secrets = Some(secrets.into_iter().collect());
+        self
+    }
+}
+
+impl View for StaticView {
+    fn managers(&self) -> Arc<[Manager]> {
+        self.managers.clone()
+    }
+
+    fn namespace(&self, name: &str) -> Option<NamespaceMeta> {
+        self.namespaces.get(name).cloned()
+    }
+
+    fn secret_exists(&self, namespace: &str, name: &str) -> Option<bool> {
+        self.secrets
+            .as_ref()
+            .map(|s| s.contains(&(namespace.to_owned(), name.to_owned())))
+    }
+}
