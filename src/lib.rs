@@ -2,6 +2,7 @@
 
 pub mod admission;
 pub mod cli;
+pub mod install;
 pub mod api;
 pub mod policy;
 pub mod source;

@@ -1,8 +1,10 @@
 //! Where the webhook's [`View`] comes from: files (`--from`, static mode) or the cluster
 //! (kube-runtime reflector stores). Both sit behind [`Source`].
 
+mod cluster;
 mod file;
 
+pub use cluster::{ClusterSource, ClusterSourceError, ClusterView, managed_secrets_selector};
 pub use file::{FileSource, LoadError, load_paths};
 
 use crate::policy::View;

@@ -1,0 +1,347 @@
+//! Cluster mode: the view kept current by kube-runtime reflectors. Managers of both kinds
+//! are watched in full and compiled on every change; Namespaces and cheiron's own Secrets
+//! (label selector) only as metadata, so memory does not grow with unrelated Secrets.
+
+use std::{
+    future::Future,
+    sync::{
+        Arc, RwLock,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use futures::{StreamExt, TryStreamExt, future};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::{
+    Api, Client, Resource,
+    api::ListParams,
+    core::PartialObjectMeta,
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use serde::de::DeserializeOwned;
+
+use super::Source;
+use crate::{
+    api::{ClusterImagePullSecretManager, ImagePullSecretManager, label},
+    policy::{Manager, NamespaceMeta, View},
+};
+
+/// Why the cluster source cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterSourceError {
+    /// The CRDs are not installed.
+    #[error(
+        "the cluster does not serve {0} (cheiron.anny.co/v1alpha1): install the CRDs first, e.g. `cheiron crds | kubectl apply -f -`"
+    )]
+    CrdsMissing(&'static str),
+    /// Any other API error on the first request.
+    #[error("cannot list {kind}: {source}")]
+    Api {
+        /// What was listed.
+        kind: &'static str,
+        /// The client error.
+        source: kube::Error,
+    },
+}
+
+/// The label selector of the Secrets cheiron writes.
+pub fn managed_secrets_selector() -> String {
+    format!("{}={}", label::MANAGED_BY, label::MANAGED_BY_VALUE)
+}
+
+/// A [`Source`] over reflector stores. Not ready until every store has its first list.
+pub struct ClusterSource {
+    view: ClusterView,
+    ready: AtomicBool,
+}
+
+/// The stores behind a [`ClusterSource`].
+#[derive(Clone)]
+pub struct ClusterView {
+    managers: Arc<RwLock<Arc<[Manager]>>>,
+    namespaced: Store<ImagePullSecretManager>,
+    cluster: Store<ClusterImagePullSecretManager>,
+    namespaces: Store<PartialObjectMeta<Namespace>>,
+    secrets: Store<PartialObjectMeta<Secret>>,
+}
+
+impl ClusterView {
+    /// Recompiles the manager list from the two manager stores, oldest first. Invalid managers
+    /// (which the CRD schema should have rejected) are logged and left out.
+    fn recompile(&self) {
+        let mut managers: Vec<Manager> = Vec::new();
+        let namespaced = self
+            .namespaced
+            .state()
+            .into_iter()
+            .map(|m| Manager::from_namespaced(&m));
+        let cluster = self
+            .cluster
+            .state()
+            .into_iter()
+            .map(|m| Manager::from_cluster(&m));
+        for compiled in namespaced.chain(cluster) {
+            match compiled {
+                Ok(m) => managers.push(m),
+                Err(e) => tracing::warn!(error = %e, "ignoring invalid manager"),
+            }
+        }
+        managers.sort_by(|a, b| a.seniority().cmp(&b.seniority()));
+        tracing::debug!(managers = managers.len(), "manager view updated");
+        if let Ok(mut slot) = self.managers.write() {
+            *slot = managers.into();
+        }
+    }
+}
+
+impl View for ClusterView {
+    fn managers(&self) -> Arc<[Manager]> {
+        match self.managers.read() {
+            Ok(m) => m.clone(),
+            // A writer panicked mid-swap; the previous list is still whole.
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn namespace(&self, name: &str) -> Option<NamespaceMeta> {
+        let ns = self.namespaces.get(&ObjectRef::new(name))?;
+        Some(NamespaceMeta {
+            name: name.to_owned(),
+            labels: ns.metadata.labels.clone().unwrap_or_default(),
+            annotations: ns.metadata.annotations.clone().unwrap_or_default(),
+        })
+    }
+
+    fn secret_exists(&self, namespace: &str, name: &str) -> Option<bool> {
+        Some(
+            self.secrets
+                .get(&ObjectRef::new(name).within(namespace))
+                .is_some(),
+        )
+    }
+}
+
+/// Lists one object to tell a missing CRD from other failures before watching.
+async fn probe<K>(api: Api<K>, kind: &'static str) -> Result<(), ClusterSourceError>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match api.list_metadata(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.is_not_found() => {
+            Err(ClusterSourceError::CrdsMissing(kind))
+        }
+        Err(source) => Err(ClusterSourceError::Api { kind, source }),
+    }
+}
+
+/// Runs one reflector until the process ends, calling `on_change` after each event.
+async fn reflect<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: reflector::store::Writer<K>,
+    on_change: impl Fn(),
+) where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+{
+    watcher(api, config)
+        .default_backoff()
+        .modify(|o| o.meta_mut().managed_fields = None)
+        .reflect(writer)
+        .inspect_err(|e| tracing::warn!(error = %e, kind = %K::kind(&Default::default()), "watch failed; retrying"))
+        .for_each(|event| {
+            // During the initial list, react once at InitDone rather than once per object.
+            if !matches!(event, Ok(watcher::Event::InitApply(_) | watcher::Event::Init)) {
+                on_change();
+            }
+            future::ready(())
+        })
+        .await;
+}
+
+impl ClusterSource {
+    /// Checks that the CRDs are served, then starts watching. Returns the source and the
+    /// future that drives the watches (spawn it; it runs until dropped).
+    pub async fn start(
+        client: Client,
+    ) -> Result<(Arc<Self>, impl Future<Output = ()> + Send), ClusterSourceError> {
+        probe(
+            Api::<ImagePullSecretManager>::all(client.clone()),
+            "ImagePullSecretManager",
+        )
+        .await?;
+        probe(
+            Api::<ClusterImagePullSecretManager>::all(client.clone()),
+            "ClusterImagePullSecretManager",
+        )
+        .await?;
+
+        let (namespaced, namespaced_writer) = reflector::store();
+        let (cluster, cluster_writer) = reflector::store();
+        let (namespaces, namespaces_writer) = reflector::store();
+        let (secrets, secrets_writer) = reflector::store();
+        let source = Arc::new(Self {
+            view: ClusterView {
+                managers: Arc::new(RwLock::new(Arc::from(Vec::new()))),
+                namespaced,
+                cluster,
+                namespaces,
+                secrets,
+            },
+            ready: AtomicBool::new(false),
+        });
+
+        let all = watcher::Config::default();
+        let view = source.view.clone();
+        let recompile = move || view.recompile();
+        let watches = future::join5(
+            reflect(
+                Api::all(client.clone()),
+                all.clone(),
+                namespaced_writer,
+                recompile.clone(),
+            ),
+            reflect(
+                Api::all(client.clone()),
+                all.clone(),
+                cluster_writer,
+                recompile,
+            ),
+            reflect(
+                Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+                all,
+                namespaces_writer,
+                || {},
+            ),
+            reflect(
+                Api::<PartialObjectMeta<Secret>>::all(client),
+                watcher::Config::default().labels(&managed_secrets_selector()),
+                secrets_writer,
+                || {},
+            ),
+            Self::mark_ready(source.clone()),
+        );
+        Ok((source, async move {
+            watches.await;
+        }))
+    }
+
+    async fn mark_ready(self: Arc<Self>) {
+        let v = &self.view;
+        let synced = future::try_join4(
+            v.namespaced.wait_until_ready(),
+            v.cluster.wait_until_ready(),
+            v.namespaces.wait_until_ready(),
+            v.secrets.wait_until_ready(),
+        )
+        .await;
+        if synced.is_ok() {
+            v.recompile();
+            self.ready.store(true, Ordering::Release);
+            tracing::info!(
+                managers = v.managers().len(),
+                namespaces = v.namespaces.len(),
+                secrets = v.secrets.len(),
+                "caches synced; ready"
+            );
+        }
+    }
+
+    /// The stores, for reuse by the controller.
+    pub fn stores(&self) -> &ClusterView {
+        &self.view
+    }
+}
+
+impl Source for ClusterSource {
+    fn view(&self) -> &dyn View {
+        &self.view
+    }
+
+    fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::reflector::store::Writer;
+
+    use super::*;
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    fn fill<K>(objects: Vec<K>) -> Store<K>
+    where
+        K: Resource + Clone + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+    {
+        let mut writer = Writer::default();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for o in objects {
+            writer.apply_watcher_event(&watcher::Event::InitApply(o));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        writer.as_reader()
+    }
+
+    fn meta<K: Resource>(
+        value: serde_json::Value,
+    ) -> Result<PartialObjectMeta<K>, serde_json::Error> {
+        serde_json::from_value(value)
+    }
+
+    #[test]
+    fn view_compiles_managers_oldest_first_and_answers_from_the_stores() -> TestResult {
+        let newer: ClusterImagePullSecretManager = serde_json::from_value(serde_json::json!({
+            "apiVersion": "cheiron.anny.co/v1alpha1", "kind": "ClusterImagePullSecretManager",
+            "metadata": {"name": "newer", "creationTimestamp": "2026-02-01T00:00:00Z"},
+            "spec": {"secrets": [{"existingSecretRef": {"name": "b", "namespace": "cheiron"}}]},
+        }))?;
+        let older: ImagePullSecretManager = serde_json::from_value(serde_json::json!({
+            "apiVersion": "cheiron.anny.co/v1alpha1", "kind": "ImagePullSecretManager",
+            "metadata": {"name": "older", "namespace": "team", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"secrets": [{"existingSecretRef": {"name": "a"}}]},
+        }))?;
+        let view = ClusterView {
+            managers: Arc::new(RwLock::new(Arc::from(Vec::new()))),
+            namespaced: fill(vec![older]),
+            cluster: fill(vec![newer]),
+            namespaces: fill(vec![meta::<Namespace>(serde_json::json!({
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": "team", "labels": {"tier": "apps"}},
+            }))?]),
+            secrets: fill(vec![meta::<Secret>(serde_json::json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "a", "namespace": "team"},
+            }))?]),
+        };
+        assert!(
+            view.managers().is_empty(),
+            "nothing compiled before the first recompile"
+        );
+        view.recompile();
+        let names: Vec<_> = view.managers().iter().map(|m| m.id.name.clone()).collect();
+        assert_eq!(names, ["older", "newer"]);
+        let team = view.namespace("team").ok_or("team missing")?;
+        assert_eq!(team.labels.get("tier").map(String::as_str), Some("apps"));
+        assert_eq!(view.namespace("elsewhere"), None);
+        assert_eq!(view.secret_exists("team", "a"), Some(true));
+        assert_eq!(view.secret_exists("team", "b"), Some(false));
+        assert_eq!(view.secret_exists("other", "a"), Some(false));
+        Ok(())
+    }
+
+    #[test]
+    fn managed_secrets_are_selected_by_the_managed_by_label() {
+        assert_eq!(
+            managed_secrets_selector(),
+            "app.kubernetes.io/managed-by=cheiron"
+        );
+    }
+}
