@@ -1,9 +1,12 @@
 //! cheiron: distributes registry pull secrets to every Pod that should have them, at admission.
 
 pub mod admission;
+pub mod api;
 pub mod cli;
 pub mod install;
-pub mod api;
+pub mod metrics;
 pub mod policy;
 pub mod source;
 pub mod telemetry;
+pub mod tls;
+pub mod webhook;

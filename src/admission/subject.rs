@@ -108,6 +108,6 @@ trait DeserializeFrom: Sized {
 
 impl<T: serde::de::DeserializeOwned> DeserializeFrom for T {
     fn deserialize_from(value: &Value) -> Result<Self, serde_json::Error> {
-        serde::Deserialize::deserialize(value).map_err(Into::into)
+        serde::Deserialize::deserialize(value)
     }
 }

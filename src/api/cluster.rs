@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use super::{ManagerStatus, Mode, PullSecretEntry, rules};
 
 /// Injects pull secrets into Pods or ServiceAccounts of every namespace it selects.
+// Each printcolumn(...) repeats `type_`, which clippy mistakes for a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[kube(
     group = "cheiron.anny.co",

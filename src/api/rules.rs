@@ -1,6 +1,6 @@
 //! The validation rules of both manager kinds, in two forms that share their messages: CEL
 //! rules the apiserver enforces at admission (`x-kubernetes-validations` in the CRDs), and
-//! [`validate`], the same checks in Rust for static mode (`--from`), where no apiserver is
+//! `validate_namespaced` and `validate_cluster`, the same checks in Rust for static mode (`--from`), where no apiserver is
 //! asked. The end-to-end tests hold the two to the same table of invalid manifests.
 
 use std::fmt;
@@ -254,7 +254,7 @@ fn validate(spec: &Parts<'_>) -> Result<(), InvalidSpec> {
         }
         if let Some(target) = entry.target_name() {
             if targets.contains(&target) {
-                fail(format!("{field}"), UNIQUE_TARGET_NAMES);
+                fail(field.clone(), UNIQUE_TARGET_NAMES);
             }
             targets.push(target);
         }

@@ -2,12 +2,33 @@
 //! field, so a new flag cannot be silently ignored.
 
 mod mutate;
+mod webhook;
 
 use clap::{Parser, Subcommand};
 
 pub use mutate::{MutateArgs, OutputFormat};
+pub use webhook::{AdminArgs, TlsArgs, WebhookArgs};
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
 
 use crate::telemetry::LogArgs;
+
+/// A token cancelled on the first SIGTERM or SIGINT.
+fn shutdown_on_signal() -> anyhow::Result<CancellationToken> {
+    let token = CancellationToken::new();
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+        cancel.cancel();
+    });
+    Ok(token)
+}
 
 /// Distributes registry pull secrets to every Pod that should have them, at admission.
 #[derive(Parser, Debug)]
@@ -21,6 +42,8 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Serve the HTTPS mutating admission webhook.
+    Webhook(WebhookArgs),
     /// Offline: show what the webhook would do to Pods and ServiceAccounts in a manifest.
     Mutate(MutateArgs),
     /// Print both CustomResourceDefinitions as YAML.
@@ -33,6 +56,7 @@ impl Cli {
         let Self { log, command } = self;
         log.init()?;
         match command {
+            Command::Webhook(args) => args.run(shutdown_on_signal()?).await,
             Command::Mutate(args) => args.run(&mut std::io::stdout().lock()),
             Command::Crds => {
                 print!("{}", crate::api::crds_yaml()?);

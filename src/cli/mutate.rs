@@ -81,7 +81,7 @@ impl MutateArgs {
                 (Some("v1"), Some("Pod")) => SubjectKind::Pod,
                 (Some("v1"), Some("ServiceAccount")) => SubjectKind::ServiceAccount,
                 (_, kind) => {
-                    tracing::info!(
+                    tracing::debug!(
                         "{label}: document {} is a {}, not a Pod or ServiceAccount; skipped",
                         index + 1,
                         kind.unwrap_or("document without a kind")

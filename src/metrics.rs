@@ -1,0 +1,340 @@
+//! Prometheus metrics (SPEC §7), served as OpenMetrics text on `/metrics` of the admin port.
+//!
+//! Every label value is a `&'static str` from a closed set, so nothing a client sends can
+//! create new time series.
+
+use std::time::Duration;
+
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::{Registry, Unit},
+};
+
+use crate::{admission::Outcome, policy::ManagerKind};
+
+/// The `Content-Type` of [`Metrics::encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Admission latency buckets, in seconds: a review takes microseconds, so they start at 100 µs.
+const ADMISSION_BUCKETS: [f64; 15] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
+/// Reconcile duration buckets, in seconds: a reconcile writes to the API server.
+const RECONCILE_BUCKETS: [f64; 13] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// A histogram family whose histograms all share one set of buckets.
+pub type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Labels of `cheiron_admission_requests_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionLabels {
+    /// `pods`, `serviceaccounts` or `other` (see [`resource_label`]).
+    pub resource: &'static str,
+    /// `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
+    pub operation: &'static str,
+    /// [`Outcome::as_str`].
+    pub outcome: &'static str,
+}
+
+/// Labels of `cheiron_admission_duration_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    /// `pods`, `serviceaccounts` or `other` (see [`resource_label`]).
+    pub resource: &'static str,
+}
+
+/// Labels of `cheiron_admission_invalid_requests_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InvalidRequestLabels {
+    /// Why the body was refused, e.g. `not_json` or `too_large`.
+    pub reason: &'static str,
+}
+
+/// Labels of the reconcile metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    /// `ImagePullSecretManager` or `ClusterImagePullSecretManager`.
+    pub kind: &'static str,
+}
+
+impl From<ManagerKind> for ReconcileLabels {
+    fn from(kind: ManagerKind) -> Self {
+        Self {
+            kind: kind.as_str(),
+        }
+    }
+}
+
+/// The resource label of an admission request: the resources cheiron handles by name, anything
+/// else as `other`, so that a client cannot create unbounded series.
+pub fn resource_label(resource: &str) -> &'static str {
+    match resource {
+        "pods" => "pods",
+        "serviceaccounts" => "serviceaccounts",
+        _ => "other",
+    }
+}
+
+/// The webhook's metrics.
+#[derive(Clone, Debug)]
+pub struct AdmissionMetrics {
+    /// `cheiron_admission_requests_total{resource, operation, outcome}`: answered reviews.
+    pub requests: Family<AdmissionLabels, Counter>,
+    /// `cheiron_admission_duration_seconds{resource}`: time from request to response.
+    pub duration: HistogramFamily<ResourceLabels>,
+    /// `cheiron_admission_patches_total`: reviews answered with a patch.
+    pub patches: Counter,
+    /// `cheiron_admission_invalid_requests_total{reason}`: bodies refused with 4xx.
+    pub invalid_requests: Family<InvalidRequestLabels, Counter>,
+}
+
+impl AdmissionMetrics {
+    /// Records one answered review.
+    pub fn record(
+        &self,
+        resource: &str,
+        operation: &'static str,
+        outcome: Outcome,
+        elapsed: Duration,
+    ) {
+        let resource = resource_label(resource);
+        self.requests
+            .get_or_create(&AdmissionLabels {
+                resource,
+                operation,
+                outcome: outcome.as_str(),
+            })
+            .inc();
+        self.duration
+            .get_or_create(&ResourceLabels { resource })
+            .observe(elapsed.as_secs_f64());
+        if outcome == Outcome::Patched {
+            self.patches.inc();
+        }
+    }
+
+    /// Records one refused body.
+    pub fn record_invalid(&self, reason: &'static str) {
+        self.invalid_requests
+            .get_or_create(&InvalidRequestLabels { reason })
+            .inc();
+    }
+}
+
+/// The controller's metrics.
+#[derive(Clone, Debug)]
+pub struct ReconcileMetrics {
+    /// `cheiron_reconcile_runs_total{kind}`: reconciles started.
+    pub runs: Family<ReconcileLabels, Counter>,
+    /// `cheiron_reconcile_errors_total{kind}`: reconciles that failed.
+    pub errors: Family<ReconcileLabels, Counter>,
+    /// `cheiron_reconcile_duration_seconds{kind}`: time per reconcile.
+    pub duration: HistogramFamily<ReconcileLabels>,
+    /// `cheiron_secrets_written_total`: Secrets created or updated.
+    pub secrets_written: Counter,
+    /// `cheiron_service_accounts_patched_total`: ServiceAccounts whose pull secrets changed.
+    pub service_accounts_patched: Counter,
+}
+
+impl ReconcileMetrics {
+    /// Records one finished reconcile of a manager of `kind`.
+    pub fn record(&self, kind: ManagerKind, elapsed: Duration, failed: bool) {
+        let labels = ReconcileLabels::from(kind);
+        self.runs.get_or_create(&labels).inc();
+        if failed {
+            self.errors.get_or_create(&labels).inc();
+        }
+        self.duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+    }
+}
+
+/// All of cheiron's metrics, registered under the `cheiron_` prefix.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Webhook metrics.
+    pub admission: AdmissionMetrics,
+    /// Controller metrics.
+    pub reconcile: ReconcileMetrics,
+    /// `cheiron_certificate_expiry_timestamp_seconds`: `notAfter` of the serving certificate,
+    /// in seconds since the Unix epoch.
+    pub certificate_expiry: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("cheiron");
+        let admission = AdmissionMetrics {
+            requests: Family::default(),
+            duration: Family::new_with_constructor(|| Histogram::new(ADMISSION_BUCKETS)),
+            patches: Counter::default(),
+            invalid_requests: Family::default(),
+        };
+        let reconcile = ReconcileMetrics {
+            runs: Family::default(),
+            errors: Family::default(),
+            duration: Family::new_with_constructor(|| Histogram::new(RECONCILE_BUCKETS)),
+            secrets_written: Counter::default(),
+            service_accounts_patched: Counter::default(),
+        };
+        let certificate_expiry = Gauge::default();
+
+        registry.register(
+            "admission_requests",
+            "Admission reviews answered, by resource, operation and outcome",
+            admission.requests.clone(),
+        );
+        registry.register_with_unit(
+            "admission_duration",
+            "Time to answer an admission review",
+            Unit::Seconds,
+            admission.duration.clone(),
+        );
+        registry.register(
+            "admission_patches",
+            "Admission reviews answered with a pull secret patch",
+            admission.patches.clone(),
+        );
+        registry.register(
+            "admission_invalid_requests",
+            "Admission requests refused because the body is not a usable AdmissionReview",
+            admission.invalid_requests.clone(),
+        );
+        registry.register(
+            "reconcile_runs",
+            "Manager reconciles run",
+            reconcile.runs.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Manager reconciles that failed",
+            reconcile.errors.clone(),
+        );
+        registry.register_with_unit(
+            "reconcile_duration",
+            "Time to reconcile a manager",
+            Unit::Seconds,
+            reconcile.duration.clone(),
+        );
+        registry.register(
+            "secrets_written",
+            "Pull secrets created or updated by cheiron",
+            reconcile.secrets_written.clone(),
+        );
+        registry.register(
+            "service_accounts_patched",
+            "ServiceAccounts whose imagePullSecrets cheiron changed",
+            reconcile.service_accounts_patched.clone(),
+        );
+        registry.register_with_unit(
+            "certificate_expiry_timestamp",
+            "notAfter of the webhook serving certificate, as a Unix timestamp",
+            Unit::Seconds,
+            certificate_expiry.clone(),
+        );
+
+        Self {
+            registry,
+            admission,
+            reconcile,
+            certificate_expiry,
+        }
+    }
+
+    /// The registry, to register further metrics.
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
+    /// Every metric in the OpenMetrics text format ([`CONTENT_TYPE`]).
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::policy::Skip;
+
+    #[test]
+    fn admission_is_counted_by_resource_operation_and_outcome() {
+        let metrics = Metrics::new();
+        metrics.admission.record(
+            "pods",
+            "CREATE",
+            Outcome::Patched,
+            Duration::from_micros(150),
+        );
+        metrics.admission.record(
+            "serviceaccounts",
+            "UPDATE",
+            Outcome::Skipped(Skip::NoManager),
+            Duration::from_micros(50),
+        );
+        let text = metrics.encode().unwrap();
+        assert!(
+            text.contains(r#"cheiron_admission_requests_total{resource="pods",operation="CREATE",outcome="patched"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains(
+            r#"cheiron_admission_requests_total{resource="serviceaccounts",operation="UPDATE",outcome="no_manager"} 1"#
+        ));
+        assert!(text.contains("cheiron_admission_patches_total 1"));
+        assert!(text.contains(
+            r#"cheiron_admission_duration_seconds_bucket{le="0.00025",resource="pods"} 1"#
+        ));
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn unknown_resources_share_one_series() {
+        let metrics = Metrics::new();
+        for resource in ["a", "b", "c"] {
+            metrics
+                .admission
+                .record(resource, "CREATE", Outcome::NotHandled, Duration::ZERO);
+        }
+        let text = metrics.encode().unwrap();
+        assert!(
+            text.contains(r#"cheiron_admission_requests_total{resource="other",operation="CREATE",outcome="not_handled"} 3"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn controller_and_certificate_metrics_are_exposed() {
+        let metrics = Metrics::new();
+        metrics
+            .reconcile
+            .record(ManagerKind::Cluster, Duration::from_millis(20), true);
+        metrics.reconcile.secrets_written.inc();
+        metrics.certificate_expiry.set(1_900_000_000);
+        let text = metrics.encode().unwrap();
+        for line in [
+            r#"cheiron_reconcile_runs_total{kind="ClusterImagePullSecretManager"} 1"#,
+            r#"cheiron_reconcile_errors_total{kind="ClusterImagePullSecretManager"} 1"#,
+            "cheiron_secrets_written_total 1",
+            "cheiron_service_accounts_patched_total 0",
+            "cheiron_certificate_expiry_timestamp_seconds 1900000000",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! The one place where a request that cannot be answered becomes an HTTP response.
+
+use axum::{
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+};
+
+use super::MAX_BODY_BYTES;
+use crate::admission::InvalidReview;
+
+/// Longest message put in an error response body. A serde message may quote the offending
+/// input, and a client should get a short answer, not its own megabytes back.
+const MAX_MESSAGE_BYTES: usize = 256;
+
+/// A request the webhook or admin server refuses.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// The body is larger than [`MAX_BODY_BYTES`] (413).
+    #[error("request body exceeds {MAX_BODY_BYTES} bytes")]
+    TooLarge,
+    /// The body could not be read, e.g. the connection broke (400).
+    #[error("cannot read request body: {0}")]
+    UnreadableBody(#[source] axum::Error),
+    /// The client did not send the whole body in time (408).
+    #[error("request body not received in time")]
+    BodyTimeout,
+    /// The body is not an AdmissionReview with a request (400).
+    #[error(transparent)]
+    InvalidReview(#[from] InvalidReview),
+    /// The AdmissionReview response could not be serialised (500).
+    #[error("cannot encode the AdmissionReview response: {0}")]
+    EncodeReview(#[source] serde_json::Error),
+    /// The metrics could not be encoded (500).
+    #[error("cannot encode metrics")]
+    EncodeMetrics(#[source] std::fmt::Error),
+}
+
+impl RequestError {
+    /// The HTTP status this error is answered with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            RequestError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            RequestError::UnreadableBody(_) | RequestError::InvalidReview(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            RequestError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            RequestError::EncodeReview(_) | RequestError::EncodeMetrics(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        }
+    }
+
+    /// A short fixed name for metrics and logs. Unlike the message, it never quotes
+    /// anything the client sent.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RequestError::TooLarge => "too_large",
+            RequestError::UnreadableBody(_) => "unreadable_body",
+            RequestError::BodyTimeout => "body_timeout",
+            RequestError::InvalidReview(InvalidReview::NotJson(_)) => "not_json",
+            RequestError::InvalidReview(InvalidReview::NotAReview(_)) => "not_a_review",
+            RequestError::InvalidReview(InvalidReview::NoRequest) => "no_request",
+            RequestError::EncodeReview(_) => "encode_review",
+            RequestError::EncodeMetrics(_) => "encode_metrics",
+        }
+    }
+}
+
+impl IntoResponse for RequestError {
+    fn into_response(self) -> Response {
+        let mut message = self.to_string();
+        truncate_at_char_boundary(&mut message, MAX_MESSAGE_BYTES);
+        message.push('\n');
+        (
+            self.status(),
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            message,
+        )
+            .into_response()
+    }
+}
+
+fn truncate_at_char_boundary(message: &mut String, max: usize) {
+    if message.len() <= max {
+        return;
+    }
+    let mut end = max;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message.truncate(end);
+    message.push('…');
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use axum::body::to_bytes;
+
+    use super::*;
+
+    async fn answer(error: RequestError) -> (StatusCode, String, String) {
+        let response = error.into_response();
+        let status = response.status();
+        let content_type = response.headers()[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let body = to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        (
+            status,
+            content_type,
+            String::from_utf8(body.to_vec()).unwrap(),
+        )
+    }
+
+    fn not_json() -> InvalidReview {
+        InvalidReview::NotJson(
+            serde_json::from_slice::<serde_json::Value>(b"\x00garbage").unwrap_err(),
+        )
+    }
+
+    #[tokio::test]
+    async fn too_large_is_413() {
+        let (status, content_type, body) = answer(RequestError::TooLarge).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(content_type, "text/plain; charset=utf-8");
+        assert_eq!(
+            body,
+            format!("request body exceeds {MAX_BODY_BYTES} bytes\n")
+        );
+    }
+
+    #[tokio::test]
+    async fn invalid_review_is_400_with_its_message() {
+        let (status, _, body) = answer(RequestError::InvalidReview(InvalidReview::NoRequest)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(body, "AdmissionReview has no request\n");
+
+        let (status, _, body) = answer(RequestError::InvalidReview(not_json())).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(body.starts_with("body is not JSON: "), "{body}");
+    }
+
+    #[tokio::test]
+    async fn body_timeout_is_408_and_encoding_failures_are_500() {
+        assert_eq!(
+            answer(RequestError::BodyTimeout).await.0,
+            StatusCode::REQUEST_TIMEOUT
+        );
+        assert_eq!(
+            answer(RequestError::EncodeMetrics(std::fmt::Error)).await.0,
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
+
+    #[tokio::test]
+    async fn long_messages_are_truncated_on_a_char_boundary() {
+        // serde quotes the unexpected string, so a huge string would come straight back.
+        let quoted = format!("\"{}\"", "é".repeat(10_000));
+        let error = serde_json::from_str::<u32>(&quoted).unwrap_err();
+        let (status, _, body) = answer(RequestError::InvalidReview(InvalidReview::NotAReview(
+            error,
+        )))
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(
+            body.len() <= MAX_MESSAGE_BYTES + "…\n".len(),
+            "{} bytes",
+            body.len()
+        );
+        assert!(body.ends_with("…\n"));
+    }
+
+    #[test]
+    fn reasons_never_quote_the_request() {
+        let error = RequestError::InvalidReview(not_json());
+        assert_eq!(error.reason(), "not_json");
+    }
+}

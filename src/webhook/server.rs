@@ -1,0 +1,258 @@
+//! Serving the two routers: accepting connections, TLS handshakes, one task per connection,
+//! and the SIGTERM sequence (SPEC §7).
+
+use std::{io, net::SocketAddr, sync::Arc, time::Duration};
+
+use axum::Router;
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo, TokioTimer},
+    server::{
+        conn::auto,
+        graceful::{GracefulShutdown, Watcher},
+    },
+    service::TowerToHyperService,
+};
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    net::{TcpListener, TcpStream},
+    task::JoinSet,
+};
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use super::{WebhookError, WebhookState, admin_router, router};
+use crate::{
+    metrics::Metrics,
+    source::Source,
+    tls::{self, CertResolver},
+};
+
+/// Longest a client may take to complete the TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest connections may take to finish after serving stops; then they are closed.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest an HTTP/1 connection waits for the next request's headers. It bounds slow and
+/// idle clients, and is longer than the 90 s after which Go clients (the API server) drop
+/// idle connections themselves, so the server never closes a connection a POST is racing to.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(100);
+
+/// HTTP/2 pings: how often, and how long to wait for the answer before closing.
+const HTTP2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const HTTP2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Pause after a failed `accept` (typically out of file descriptors), so the loop does not spin.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
+
+/// The two bound sockets [`serve`] accepts on.
+#[derive(Debug)]
+pub struct Listeners {
+    /// HTTPS, `POST /mutate`.
+    pub webhook: TcpListener,
+    /// Plain HTTP, `/healthz`, `/readyz`, `/metrics`.
+    pub admin: TcpListener,
+}
+
+/// The durations of the shutdown sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// How long serving continues after shutdown begins, with `/readyz` failing and HTTP/1
+    /// responses carrying `Connection: close`, so that endpoints are updated before the
+    /// listeners close.
+    pub shutdown_delay: Duration,
+    /// How long open connections may take to finish once the listeners are closed.
+    pub drain_timeout: Duration,
+    /// Longest a client may take to complete the TLS handshake.
+    pub handshake_timeout: Duration,
+}
+
+impl Timing {
+    /// `shutdown_delay` with the default drain and handshake timeouts.
+    pub fn new(shutdown_delay: Duration) -> Self {
+        Self {
+            shutdown_delay,
+            drain_timeout: DRAIN_TIMEOUT,
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+        }
+    }
+}
+
+/// Serves `POST /mutate` over HTTPS on `listeners.webhook` and the admin endpoints over plain
+/// HTTP on `listeners.admin`, until `shutdown` is cancelled and the sequence of [`Timing`]
+/// has run: `/readyz` fails at once, serving goes on for `shutdown_delay`, then the listeners
+/// close and connections drain (HTTP/1 finishes its request and closes, HTTP/2 gets GOAWAY),
+/// at most for `drain_timeout`.
+pub async fn serve(
+    listeners: Listeners,
+    certificate: Arc<CertResolver>,
+    source: Arc<dyn Source>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    timing: Timing,
+) -> Result<(), WebhookError> {
+    let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(Arc::clone(&certificate))?));
+    metrics.certificate_expiry.set(certificate.not_after());
+    let state = WebhookState::new(source, metrics)
+        .with_shutdown(shutdown.clone())
+        .with_certificate(certificate);
+    let protocols = Arc::new(Protocols::new());
+    let webhook = Endpoint {
+        service: TowerToHyperService::new(router(state.clone())),
+        tls: Some(acceptor),
+        protocols: Arc::clone(&protocols),
+        handshake_timeout: timing.handshake_timeout,
+    };
+    let admin = Endpoint {
+        service: TowerToHyperService::new(admin_router(state)),
+        tls: None,
+        protocols,
+        handshake_timeout: timing.handshake_timeout,
+    };
+
+    let graceful = GracefulShutdown::new();
+    let draining = CancellationToken::new();
+    let mut connections = JoinSet::new();
+    let stop = serve_on_after_shutdown(shutdown, timing.shutdown_delay);
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            accepted = listeners.webhook.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    connections.spawn(webhook.clone().serve(stream, peer, graceful.watcher(), draining.clone()));
+                }
+                Err(error) => pause_after_accept_error(error).await,
+            },
+            accepted = listeners.admin.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    connections.spawn(admin.clone().serve(stream, peer, graceful.watcher(), draining.clone()));
+                }
+                Err(error) => pause_after_accept_error(error).await,
+            },
+            Some(finished) = connections.join_next(), if !connections.is_empty() => {
+                if let Err(error) = finished {
+                    tracing::error!(%error, "connection task failed");
+                }
+            }
+        }
+    }
+
+    drop(listeners);
+    draining.cancel();
+    tracing::info!(
+        connections = graceful.count(),
+        "listeners closed; draining connections"
+    );
+    if tokio::time::timeout(timing.drain_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(timeout = ?timing.drain_timeout, "connections still open after the drain timeout; closing them");
+    }
+    connections.shutdown().await;
+    tracing::info!("webhook stopped");
+    Ok(())
+}
+
+/// Completes `delay` after `shutdown` is cancelled. Until then the routers keep answering,
+/// with `/readyz` failing and `Connection: close` on HTTP/1 responses.
+async fn serve_on_after_shutdown(shutdown: CancellationToken, delay: Duration) {
+    shutdown.cancelled().await;
+    tracing::info!(delay = ?delay, "shutting down: /readyz fails, serving on before closing the listeners");
+    tokio::time::sleep(delay).await;
+}
+
+async fn pause_after_accept_error(error: io::Error) {
+    tracing::warn!(%error, "cannot accept a connection");
+    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+}
+
+/// The HTTP/1.1 and HTTP/2 connection builders. Over TLS the protocol is the one ALPN chose
+/// (no ALPN means HTTP/1.1); the plain admin port speaks HTTP/1.1, which probes and
+/// Prometheus use. Fixing the protocol up front, instead of sniffing the first bytes, puts
+/// every connection under a read timeout from its first byte.
+struct Protocols {
+    http1: auto::Builder<TokioExecutor>,
+    http2: auto::Builder<TokioExecutor>,
+}
+
+impl Protocols {
+    fn new() -> Self {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .keep_alive_interval(HTTP2_KEEP_ALIVE_INTERVAL)
+            .keep_alive_timeout(HTTP2_KEEP_ALIVE_TIMEOUT);
+        Self {
+            http1: builder.clone().http1_only(),
+            http2: builder.http2_only(),
+        }
+    }
+}
+
+/// One listening endpoint: a router, with or without TLS.
+#[derive(Clone)]
+struct Endpoint {
+    service: TowerToHyperService<Router>,
+    tls: Option<TlsAcceptor>,
+    protocols: Arc<Protocols>,
+    handshake_timeout: Duration,
+}
+
+impl Endpoint {
+    /// Serves one accepted connection to its end. `watcher` signals graceful shutdown;
+    /// a handshake still running when draining begins is abandoned.
+    async fn serve(
+        self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        watcher: Watcher,
+        draining: CancellationToken,
+    ) {
+        // Responses are small and latency matters more than packet count.
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%peer, %error, "cannot set TCP_NODELAY");
+        }
+        let Some(acceptor) = &self.tls else {
+            return self.serve_http(stream, false, peer, watcher).await;
+        };
+        let handshake = tokio::select! {
+            () = draining.cancelled() => return,
+            handshake = tokio::time::timeout(self.handshake_timeout, acceptor.accept(stream)) => handshake,
+        };
+        let stream = match handshake {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) => {
+                tracing::debug!(%peer, %error, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(%peer, "TLS handshake timed out");
+                return;
+            }
+        };
+        let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+        self.serve_http(stream, http2, peer, watcher).await;
+    }
+
+    async fn serve_http<I>(&self, io: I, http2: bool, peer: SocketAddr, watcher: Watcher)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let builder = if http2 {
+            &self.protocols.http2
+        } else {
+            &self.protocols.http1
+        };
+        let connection = builder.serve_connection(TokioIo::new(io), self.service.clone());
+        if let Err(error) = watcher.watch(connection).await {
+            tracing::debug!(%peer, %error, "connection closed with an error");
+        }
+    }
+}
