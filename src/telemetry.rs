@@ -1,5 +1,7 @@
 //! Logging setup: `tracing`, plain or JSON, filtered by `CHEIRON_LOG` (default `info`).
 
+use std::io::IsTerminal;
+
 use clap::{Args, ValueEnum};
 use tracing_subscriber::{EnvFilter, fmt};
 
@@ -29,7 +31,10 @@ impl LogArgs {
     pub fn init(&self) -> anyhow::Result<()> {
         let Self { log_format, log } = self;
         let filter = EnvFilter::try_new(log).map_err(|e| anyhow::anyhow!("--log {log:?}: {e}"))?;
-        let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
+        let builder = fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal());
         let result = match log_format {
             LogFormat::Plain => builder.try_init(),
             LogFormat::Json => builder.json().flatten_event(true).try_init(),

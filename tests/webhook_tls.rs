@@ -19,7 +19,7 @@ use cheiron::{
     api::{ClusterImagePullSecretManager, ImagePullSecretManager},
     metrics::Metrics,
     policy::{Manager, NamespaceMeta, StaticView, View},
-    source::Source,
+    source::{Readiness, Source},
     tls::CertResolver,
     webhook::{self, Listeners, Timing, TlsSource, WebhookError, WebhookOptions},
 };
@@ -168,7 +168,9 @@ impl Source for TestSource {
     fn view(&self) -> &dyn View {
         &self.view
     }
+}
 
+impl Readiness for TestSource {
     fn is_ready(&self) -> bool {
         self.ready.load(Ordering::SeqCst)
     }

@@ -9,7 +9,7 @@ mod subject;
 mod tests;
 
 pub use patch::{PullSecretPatch, build_patch, reconcile_with};
-pub use review::{Admission, InvalidReview, Outcome, review};
+pub use review::{Admission, InvalidReview, Outcome, Review, parse, review};
 pub use subject::{Uninterpretable, interpret};
 
 use serde_json::Value;

@@ -36,6 +36,8 @@ pub enum Outcome {
     NotHandled,
     /// The object could not be read; allowed without a patch, with a warning.
     Uninterpretable,
+    /// The namespace could not be looked up; allowed without a patch, with a warning.
+    NamespaceUnknown,
 }
 
 impl Outcome {
@@ -47,6 +49,7 @@ impl Outcome {
             Outcome::Skipped(skip) => skip.as_str(),
             Outcome::NotHandled => "not_handled",
             Outcome::Uninterpretable => "uninterpretable",
+            Outcome::NamespaceUnknown => "namespace_unknown",
         }
     }
 }
@@ -62,6 +65,8 @@ pub struct Admission {
     pub resource: String,
     /// `request.operation`, e.g. `CREATE`.
     pub operation: &'static str,
+    /// `request.namespace`.
+    pub namespace: Option<String>,
 }
 
 fn operation_name(op: &Operation) -> &'static str {
@@ -93,9 +98,16 @@ fn handled_kind(request: &AdmissionRequest<DynamicObject>) -> Option<SubjectKind
     }
 }
 
-/// Answers one AdmissionReview body. Every request that parses is allowed; the object is
-/// read separately from the envelope so that an odd object yields a warning, not an error.
-pub fn review(body: &[u8], view: &dyn View) -> Result<Admission, InvalidReview> {
+/// A parsed AdmissionReview: the envelope, and the object read separately so that an odd
+/// object yields a warning, not an error.
+#[derive(Debug)]
+pub struct Review {
+    request: AdmissionRequest<DynamicObject>,
+    object: Value,
+}
+
+/// Parses an AdmissionReview body. Only a body that is not a review with a request fails.
+pub fn parse(body: &[u8]) -> Result<Review, InvalidReview> {
     let mut value: Value = serde_json::from_slice(body).map_err(InvalidReview::NotJson)?;
     let object = value
         .get_mut("request")
@@ -113,45 +125,73 @@ pub fn review(body: &[u8], view: &dyn View) -> Result<Admission, InvalidReview> 
         serde_json::from_value(value).map_err(InvalidReview::NotAReview)?;
     let request: AdmissionRequest<DynamicObject> =
         envelope.try_into().map_err(|_| InvalidReview::NoRequest)?;
+    Ok(Review { request, object })
+}
 
-    let mut response = AdmissionResponse::from(&request);
-    let resource = request.resource.resource.clone();
-    let operation = operation_name(&request.operation);
-    let finish = |response: AdmissionResponse, outcome| Admission {
-        review: response.into_review(),
-        outcome,
-        resource: resource.clone(),
-        operation,
-    };
-
-    let (Some(kind), Some(namespace)) = (handled_kind(&request), request.namespace.as_deref())
-    else {
-        return Ok(finish(response, Outcome::NotHandled));
-    };
-    let mutation = match mutate(&object, kind, namespace, view) {
-        Ok(m) => m,
-        Err(e) => {
-            response.warnings = Some(vec![format!("cheiron: {e}; admitted unchanged")]);
-            return Ok(finish(response, Outcome::Uninterpretable));
-        }
-    };
-    if !mutation.warnings.is_empty() {
-        response.warnings = Some(mutation.warnings);
+impl Review {
+    /// The namespace whose labels and annotations answering this review needs, if any: the
+    /// request's namespace for the kinds and operations cheiron mutates.
+    pub fn namespace_needed(&self) -> Option<&str> {
+        handled_kind(&self.request)?;
+        self.request.namespace.as_deref()
     }
-    let outcome = match mutation.result {
-        MutationResult::Patched => match response.clone().with_patch(mutation.patch) {
-            Ok(patched) => {
-                response = patched;
-                Outcome::Patched
-            }
+
+    fn finish(&self, response: AdmissionResponse, outcome: Outcome) -> Admission {
+        Admission {
+            review: response.into_review(),
+            outcome,
+            resource: self.request.resource.resource.clone(),
+            operation: operation_name(&self.request.operation),
+            namespace: self.request.namespace.clone(),
+        }
+    }
+
+    /// Allows the request unchanged with `warning` (e.g. its namespace cannot be looked up).
+    pub fn admit_unchanged(self, warning: String, outcome: Outcome) -> Admission {
+        let mut response = AdmissionResponse::from(&self.request);
+        response.warnings = Some(vec![warning]);
+        self.finish(response, outcome)
+    }
+
+    /// Answers the review from `view`. Always allowed; `uid` echoed.
+    pub fn answer(self, view: &dyn View) -> Admission {
+        let mut response = AdmissionResponse::from(&self.request);
+        let (Some(kind), Some(namespace)) = (
+            handled_kind(&self.request),
+            self.request.namespace.as_deref(),
+        ) else {
+            return self.finish(response, Outcome::NotHandled);
+        };
+        let mutation = match mutate(&self.object, kind, namespace, view) {
+            Ok(m) => m,
             Err(e) => {
-                // Serialising a patch of strings cannot fail; admit unchanged if it ever does.
-                response.warnings = Some(vec![format!("cheiron: could not encode patch: {e}")]);
-                Outcome::Uninterpretable
+                response.warnings = Some(vec![format!("cheiron: {e}; admitted unchanged")]);
+                return self.finish(response, Outcome::Uninterpretable);
             }
-        },
-        MutationResult::Unchanged => Outcome::Unchanged,
-        MutationResult::Skipped(skip) => Outcome::Skipped(skip),
-    };
-    Ok(finish(response, outcome))
+        };
+        if !mutation.warnings.is_empty() {
+            response.warnings = Some(mutation.warnings);
+        }
+        let outcome = match mutation.result {
+            MutationResult::Patched => match response.clone().with_patch(mutation.patch) {
+                Ok(patched) => {
+                    response = patched;
+                    Outcome::Patched
+                }
+                Err(e) => {
+                    // Serialising a patch of strings cannot fail; admit unchanged if it ever does.
+                    response.warnings = Some(vec![format!("cheiron: could not encode patch: {e}")]);
+                    Outcome::Uninterpretable
+                }
+            },
+            MutationResult::Unchanged => Outcome::Unchanged,
+            MutationResult::Skipped(skip) => Outcome::Skipped(skip),
+        };
+        self.finish(response, outcome)
+    }
+}
+
+/// Answers one AdmissionReview body from `view` ([`parse`], then [`Review::answer`]).
+pub fn review(body: &[u8], view: &dyn View) -> Result<Admission, InvalidReview> {
+    Ok(parse(body)?.answer(view))
 }

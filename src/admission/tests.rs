@@ -235,6 +235,49 @@ fn review_echoes_uid_allows_and_patches_pod_create() -> TestResult {
 }
 
 #[test]
+fn review_takes_the_namespace_from_the_request_not_the_object() -> TestResult {
+    let mut body: Value = serde_json::from_slice(&review_body(
+        "ServiceAccount",
+        "serviceaccounts",
+        "CREATE",
+        json!({"metadata": {"name": "x", "namespace": "elsewhere"}}),
+    ))?;
+    body["request"]["namespace"] = json!("team");
+    let parsed = parse(&serde_json::to_vec(&body)?)?;
+    assert_eq!(parsed.namespace_needed(), Some("team"));
+    let admission = parsed.answer(&view("ServiceAccount", &["a"])?);
+    assert_eq!(admission.namespace.as_deref(), Some("team"));
+    assert_eq!(admission.outcome, Outcome::Patched);
+    Ok(())
+}
+
+#[test]
+fn a_namespace_that_cannot_be_looked_up_is_admitted_unchanged_with_a_warning() -> TestResult {
+    let body = review_body(
+        "ServiceAccount",
+        "serviceaccounts",
+        "CREATE",
+        json!({"metadata": {"name": "x"}}),
+    );
+    let admission =
+        parse(&body)?.admit_unchanged("namespace unknown".into(), Outcome::NamespaceUnknown);
+    let response = serde_json::to_value(&admission.review)?;
+    assert_eq!(response["response"]["allowed"], true);
+    assert!(response["response"].get("patch").is_none());
+    assert_eq!(response["response"]["warnings"][0], "namespace unknown");
+    Ok(())
+}
+
+#[test]
+fn only_handled_requests_need_their_namespace() -> TestResult {
+    let delete = parse(&review_body("Pod", "pods", "DELETE", Value::Null))?;
+    assert_eq!(delete.namespace_needed(), None);
+    let other = parse(&review_body("ConfigMap", "configmaps", "CREATE", json!({})))?;
+    assert_eq!(other.namespace_needed(), None);
+    Ok(())
+}
+
+#[test]
 fn review_leaves_pod_updates_deletes_and_other_kinds_alone() -> TestResult {
     let v = view("Pod", &["a"])?;
     let pod = json!({"metadata": {"name": "x"}, "spec": {}});

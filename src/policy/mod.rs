@@ -12,7 +12,7 @@ mod tests;
 pub use glob::{InvalidGlob, NamespaceGlob};
 pub use manager::{InvalidManager, Manager, ManagerId, ManagerKind};
 pub use scope::Scope;
-pub use view::{NamespaceMeta, StaticView, View};
+pub use view::{NamespaceMeta, StaticView, View, WithNamespace};
 
 use std::collections::BTreeMap;
 

@@ -40,6 +40,37 @@ pub trait View: Send + Sync {
     fn secret_exists(&self, namespace: &str, name: &str) -> Option<bool>;
 }
 
+/// `inner` with one namespace known that it lacked (looked up live on a cache miss).
+pub struct WithNamespace<'a> {
+    inner: &'a dyn View,
+    namespace: NamespaceMeta,
+}
+
+impl<'a> WithNamespace<'a> {
+    /// `inner`, plus `namespace`.
+    pub fn new(inner: &'a dyn View, namespace: NamespaceMeta) -> Self {
+        Self { inner, namespace }
+    }
+}
+
+impl View for WithNamespace<'_> {
+    fn managers(&self) -> Arc<[Manager]> {
+        self.inner.managers()
+    }
+
+    fn namespace(&self, name: &str) -> Option<NamespaceMeta> {
+        if name == self.namespace.name {
+            Some(self.namespace.clone())
+        } else {
+            self.inner.namespace(name)
+        }
+    }
+
+    fn secret_exists(&self, namespace: &str, name: &str) -> Option<bool> {
+        self.inner.secret_exists(namespace, name)
+    }
+}
+
 /// A [`View`] over plain values: static mode (`--from`), `cheiron mutate`, and tests.
 #[derive(Clone, Debug, Default)]
 pub struct StaticView {

@@ -24,7 +24,9 @@ use kube::{
 };
 use serde::de::DeserializeOwned;
 
-use super::Source;
+use futures::future::BoxFuture;
+
+use super::{NAMESPACE_LOOKUP_TIMEOUT, NamespaceLookup, Readiness, Source};
 use crate::{
     api::{ClusterImagePullSecretManager, ImagePullSecretManager, label},
     policy::{Manager, NamespaceMeta, View},
@@ -57,6 +59,7 @@ pub fn managed_secrets_selector() -> String {
 pub struct ClusterSource {
     view: ClusterView,
     ready: AtomicBool,
+    client: Client,
 }
 
 /// The stores behind a [`ClusterSource`].
@@ -164,22 +167,27 @@ async fn reflect<K>(
         .await;
 }
 
+/// Fails with a message saying how to install them when the cluster does not serve both CRDs.
+pub async fn ensure_crds(client: &Client) -> Result<(), ClusterSourceError> {
+    probe(
+        Api::<ImagePullSecretManager>::all(client.clone()),
+        "ImagePullSecretManager",
+    )
+    .await?;
+    probe(
+        Api::<ClusterImagePullSecretManager>::all(client.clone()),
+        "ClusterImagePullSecretManager",
+    )
+    .await
+}
+
 impl ClusterSource {
     /// Checks that the CRDs are served, then starts watching. Returns the source and the
     /// future that drives the watches (spawn it; it runs until dropped).
     pub async fn start(
         client: Client,
     ) -> Result<(Arc<Self>, impl Future<Output = ()> + Send), ClusterSourceError> {
-        probe(
-            Api::<ImagePullSecretManager>::all(client.clone()),
-            "ImagePullSecretManager",
-        )
-        .await?;
-        probe(
-            Api::<ClusterImagePullSecretManager>::all(client.clone()),
-            "ClusterImagePullSecretManager",
-        )
-        .await?;
+        ensure_crds(&client).await?;
 
         let (namespaced, namespaced_writer) = reflector::store();
         let (cluster, cluster_writer) = reflector::store();
@@ -194,6 +202,7 @@ impl ClusterSource {
                 secrets,
             },
             ready: AtomicBool::new(false),
+            client: client.clone(),
         });
 
         let all = watcher::Config::default();
@@ -263,6 +272,30 @@ impl Source for ClusterSource {
         &self.view
     }
 
+    fn lookup_namespace<'a>(&'a self, name: &'a str) -> BoxFuture<'a, NamespaceLookup> {
+        Box::pin(async move {
+            let api: Api<Namespace> = Api::all(self.client.clone());
+            match tokio::time::timeout(NAMESPACE_LOOKUP_TIMEOUT, api.get_metadata_opt(name)).await {
+                Ok(Ok(Some(ns))) => NamespaceLookup::Found(NamespaceMeta {
+                    name: name.to_owned(),
+                    labels: ns.metadata.labels.unwrap_or_default(),
+                    annotations: ns.metadata.annotations.unwrap_or_default(),
+                }),
+                Ok(Ok(None)) => NamespaceLookup::Unknown,
+                Ok(Err(e)) => {
+                    tracing::warn!(namespace = name, error = %e, "namespace lookup failed");
+                    NamespaceLookup::Unknown
+                }
+                Err(_) => {
+                    tracing::warn!(namespace = name, "namespace lookup timed out");
+                    NamespaceLookup::Unknown
+                }
+            }
+        })
+    }
+}
+
+impl Readiness for ClusterSource {
     fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
     }

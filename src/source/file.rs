@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 use serde::{Deserialize, de::DeserializeOwned};
 
-use super::Source;
+use super::{Readiness, Source};
 use crate::{
     api::{
         ClusterImagePullSecretManager, GROUP, ImagePullSecretManager, VERSION, validate_cluster,
@@ -237,7 +237,9 @@ impl Source for FileSource {
     fn view(&self) -> &dyn View {
         &self.view
     }
+}
 
+impl Readiness for FileSource {
     fn is_ready(&self) -> bool {
         true
     }

@@ -4,16 +4,47 @@
 mod cluster;
 mod file;
 
-pub use cluster::{ClusterSource, ClusterSourceError, ClusterView, managed_secrets_selector};
+pub use cluster::{
+    ClusterSource, ClusterSourceError, ClusterView, ensure_crds, managed_secrets_selector,
+};
 pub use file::{FileSource, LoadError, load_paths};
 
-use crate::policy::View;
+/// How long a live namespace lookup may take before the object is admitted unchanged.
+pub const NAMESPACE_LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+use futures::future::BoxFuture;
+
+use crate::policy::{NamespaceMeta, View};
+
+/// Whether a component has the complete view it needs to act; `/readyz` reports it.
+pub trait Readiness: Send + Sync + 'static {
+    /// True once caches have synced; `/readyz` answers 503 until then, so the webhook never
+    /// admits with an empty view.
+    fn is_ready(&self) -> bool;
+}
+
+/// The answer to a namespace lookup that missed the view.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NamespaceLookup {
+    /// Found (live): use these labels and annotations.
+    Found(NamespaceMeta),
+    /// Could not be looked up: the object must be admitted unchanged rather than guessed at
+    /// (an opt-out annotation could be missed).
+    Unknown,
+    /// This source does not track namespaces beyond the view: a namespace it does not list has
+    /// no labels or annotations (static mode).
+    Untracked,
+}
 
 /// A source of truth for admission decisions.
-pub trait Source: Send + Sync + 'static {
+pub trait Source: Readiness {
     /// The current view. Cheap: called once per admission request.
     fn view(&self) -> &dyn View;
-    /// True once the view is complete (caches synced); `/readyz` answers 503 until then, so
-    /// the webhook never admits with an empty view.
-    fn is_ready(&self) -> bool;
+
+    /// Looks up a namespace the view does not have yet, e.g. one created milliseconds ago whose
+    /// watch event has not arrived.
+    fn lookup_namespace<'a>(&'a self, name: &'a str) -> BoxFuture<'a, NamespaceLookup> {
+        let _ = name;
+        Box::pin(std::future::ready(NamespaceLookup::Untracked))
+    }
 }

@@ -26,7 +26,7 @@ use axum::{
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-pub use admin::admin_router;
+pub use admin::{AdminState, admin_router};
 pub use error::RequestError;
 pub use mutate::router;
 pub use server::{DRAIN_TIMEOUT, HANDSHAKE_TIMEOUT, Listeners, Timing, serve};
@@ -102,6 +102,17 @@ impl WebhookState {
         self
     }
 
+    /// The state of the admin router serving alongside this webhook.
+    pub fn admin(&self) -> AdminState {
+        let ready: Arc<dyn crate::source::Readiness> = self.source.clone();
+        let admin =
+            AdminState::new(ready, self.metrics.clone()).with_shutdown(self.shutdown.clone());
+        match &self.certificate {
+            Some(certificate) => admin.with_certificate(certificate.clone()),
+            None => admin,
+        }
+    }
+
     /// `/metrics` reports this resolver's certificate expiry.
     pub fn with_certificate(mut self, certificate: Arc<CertResolver>) -> Self {
         self.certificate = Some(certificate);
@@ -113,7 +124,7 @@ impl WebhookState {
 /// connection after this response, so they reconnect to a replica that is not leaving.
 /// (HTTP/2 clients get GOAWAY when the connections drain; `Connection` is not valid there.)
 async fn close_when_shutting_down(
-    State(state): State<WebhookState>,
+    State(shutdown): State<CancellationToken>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -122,7 +133,7 @@ async fn close_when_shutting_down(
         Version::HTTP_09 | Version::HTTP_10 | Version::HTTP_11
     );
     let mut response = next.run(request).await;
-    if http1 && state.shutdown.is_cancelled() {
+    if http1 && shutdown.is_cancelled() {
         response
             .headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));

@@ -1,7 +1,7 @@
 //! `POST /mutate`: reads the AdmissionReview, answers it with the pure [`admission::review`],
 //! records metrics and one debug line. Never logs the object.
 
-use std::{borrow::Cow, time::Instant};
+use std::time::Instant;
 
 use axum::{
     Router,
@@ -16,11 +16,14 @@ use base64::{Engine, prelude::BASE64_STANDARD};
 use bytes::BytesMut;
 use futures::StreamExt;
 use kube::core::{DynamicObject, admission::AdmissionReview};
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::{BODY_TIMEOUT, MAX_BODY_BYTES, RequestError, WebhookState, close_when_shutting_down};
-use crate::admission::{self, Admission};
+use crate::{
+    admission::{self, Admission, Outcome},
+    policy::WithNamespace,
+    source::NamespaceLookup,
+};
 
 /// Most bytes of an oversized body read and discarded before answering 413, so that a
 /// client still sending sees the answer instead of a reset connection.
@@ -35,7 +38,7 @@ pub fn router(state: WebhookState) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
         .layer(middleware::from_fn_with_state(
-            state.clone(),
+            state.shutdown.clone(),
             close_when_shutting_down,
         ))
         .with_state(state)
@@ -63,7 +66,25 @@ async fn answer(
     let body = tokio::time::timeout(BODY_TIMEOUT, read_body(&parts.headers, body))
         .await
         .map_err(|_| RequestError::BodyTimeout)??;
-    let admission = admission::review(&body, state.source.view())?;
+    let review = admission::parse(&body)?;
+    let view = state.source.view();
+    let missing = review
+        .namespace_needed()
+        .filter(|ns| view.namespace(ns).is_none())
+        .map(str::to_owned);
+    let admission = match missing {
+        None => review.answer(view),
+        // A namespace created a moment ago may not have reached the cache: ask the source
+        // rather than treat it as unlabelled, which could miss its opt-out.
+        Some(ns) => match state.source.lookup_namespace(&ns).await {
+            NamespaceLookup::Found(meta) => review.answer(&WithNamespace::new(view, meta)),
+            NamespaceLookup::Untracked => review.answer(view),
+            NamespaceLookup::Unknown => review.admit_unchanged(
+                format!("cheiron: namespace {ns} could not be looked up; admitted unchanged"),
+                Outcome::NamespaceUnknown,
+            ),
+        },
+    };
     let encoded = encode_review(&admission.review).map_err(RequestError::EncodeReview)?;
     state.metrics.admission.record(
         &admission.resource,
@@ -71,7 +92,7 @@ async fn answer(
         admission.outcome,
         started.elapsed(),
     );
-    log_review(&body, &admission);
+    log_review(&admission);
     Ok(([(header::CONTENT_TYPE, "application/json")], encoded).into_response())
 }
 
@@ -122,7 +143,7 @@ async fn discard(mut chunks: axum::body::BodyDataStream) {
 }
 
 /// The one debug line per review: identifiers and the outcome, never the object.
-fn log_review(body: &[u8], admission: &Admission) {
+fn log_review(admission: &Admission) {
     if !tracing::enabled!(tracing::Level::DEBUG) {
         return;
     }
@@ -131,33 +152,14 @@ fn log_review(body: &[u8], admission: &Admission) {
         .response
         .as_ref()
         .map_or("", |response| response.uid.as_str());
-    let namespace = request_namespace(body);
     tracing::debug!(
         uid,
         resource = %admission.resource,
         operation = admission.operation,
-        namespace = namespace.as_deref().unwrap_or(""),
+        namespace = admission.namespace.as_deref().unwrap_or(""),
         outcome = admission.outcome.as_str(),
         "admission review answered"
     );
-}
-
-/// `request.namespace`, read without building the object: [`Admission`] does not carry it.
-fn request_namespace(body: &[u8]) -> Option<Cow<'_, str>> {
-    #[derive(Deserialize)]
-    struct Envelope<'a> {
-        #[serde(borrow)]
-        request: Option<Head<'a>>,
-    }
-    #[derive(Deserialize)]
-    struct Head<'a> {
-        #[serde(borrow, default)]
-        namespace: Option<Cow<'a, str>>,
-    }
-    serde_json::from_slice::<Envelope<'_>>(body)
-        .ok()?
-        .request?
-        .namespace
 }
 
 #[cfg(test)]
@@ -172,7 +174,7 @@ mod tests {
     use crate::{
         metrics::Metrics,
         policy::{StaticView, View},
-        source::Source,
+        source::{Readiness, Source},
     };
 
     struct Empty(StaticView);
@@ -181,6 +183,9 @@ mod tests {
         fn view(&self) -> &dyn View {
             &self.0
         }
+    }
+
+    impl Readiness for Empty {
         fn is_ready(&self) -> bool {
             true
         }
@@ -263,13 +268,5 @@ mod tests {
         );
         assert_eq!(encoded["response"]["patchType"], "JSONPatch");
         assert_eq!(encoded["response"]["uid"], "u1");
-    }
-
-    #[test]
-    fn request_namespace_is_read_without_the_object() {
-        let body = br#"{"request":{"uid":"u","object":{"metadata":{"namespace":"wrong"}},"namespace":"team-a"}}"#;
-        assert_eq!(request_namespace(body).as_deref(), Some("team-a"));
-        assert_eq!(request_namespace(br#"{"request":{}}"#), None);
-        assert_eq!(request_namespace(b"garbage"), None);
     }
 }

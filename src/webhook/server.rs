@@ -104,7 +104,7 @@ pub async fn serve(
         handshake_timeout: timing.handshake_timeout,
     };
     let admin = Endpoint {
-        service: TowerToHyperService::new(admin_router(state)),
+        service: TowerToHyperService::new(admin_router(state.admin())),
         tls: None,
         protocols,
         handshake_timeout: timing.handshake_timeout,

@@ -1,0 +1,190 @@
+//! The one cluster of this test binary: control plane, CRDs, one shared `cheiron webhook` in
+//! cluster mode and its registration, started on first use and checked end to end (a canary
+//! ServiceAccount is mutated through the apiserver) before any test runs.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::OnceLock,
+    time::Duration,
+};
+
+use cheiron::install::{WebhookClient, WebhookRegistration};
+use kube::Client;
+
+use super::{
+    Result, Scenario,
+    control_plane::{ControlPlane, apiserver_log_lines},
+    process::log_tail,
+    webhook::{self, WebhookCertificates, WebhookProcess},
+};
+
+/// `metadata.name` of the shared webhook's MutatingWebhookConfiguration.
+pub const WEBHOOK_CONFIGURATION: &str = "cheiron-e2e";
+/// cheiron's own namespace as far as the registration is concerned (never sent to the webhook).
+pub const CHEIRON_NAMESPACE: &str = "cheiron-system";
+
+/// The running cluster. Lives in a static and is never dropped: the process watchdog stops
+/// its processes when the test binary exits.
+pub struct Cluster {
+    /// Files and logs of this run (kept until the next run starts).
+    pub dir: PathBuf,
+    control_plane: ControlPlane,
+    certificates: WebhookCertificates,
+    _webhook: WebhookProcess,
+}
+
+impl Cluster {
+    /// The client configuration of `admin` (`system:masters`); build a `Client` per test,
+    /// since a `Client` is bound to the runtime it was first used on.
+    pub fn admin_config(&self) -> kube::Config {
+        self.control_plane.admin_config.clone()
+    }
+
+    /// kubeconfig of the group-less user the readiness test grants rights to.
+    pub fn limited_kubeconfig(&self) -> &Path {
+        &self.control_plane.limited_kubeconfig
+    }
+
+    /// The CA that signed every webhook serving certificate (PEM).
+    pub fn webhook_ca_pem(&self) -> &str {
+        &self.certificates.ca_pem
+    }
+
+    /// `tls.crt` + `tls.key` for IP 127.0.0.1.
+    pub fn webhook_tls_dir(&self) -> &Path {
+        &self.certificates.dir
+    }
+
+    /// The apiserver's log file.
+    pub fn apiserver_log(&self) -> &Path {
+        &self.control_plane.apiserver_log
+    }
+
+    async fn start(dir: PathBuf) -> Result<Self> {
+        let control_plane = ControlPlane::start(&dir).await?;
+        let client = Client::try_from(control_plane.admin_config.clone())?;
+        webhook::install_crds(&client).await?;
+
+        let certificates = WebhookCertificates::generate(&dir.join("webhook-tls"))?;
+        let mut webhook = WebhookProcess::start(
+            "cheiron webhook",
+            &control_plane.admin_kubeconfig,
+            &certificates.dir,
+            &dir.join("cheiron-webhook.log"),
+        )?;
+        webhook
+            .wait_for_admin_status("/readyz", 200, Duration::from_secs(30))
+            .await?;
+
+        let mut registration = WebhookRegistration::new(
+            WEBHOOK_CONFIGURATION,
+            WebhookClient::Url(webhook.url()),
+            CHEIRON_NAMESPACE,
+        );
+        registration.ca_bundle = Some(certificates.ca_pem.clone().into_bytes());
+        webhook::register(&client, &registration.configuration()).await?;
+
+        if let Err(e) = canary(client).await {
+            webhook.check_running()?;
+            return Err(format!(
+                "the apiserver does not apply cheiron's mutations: {e}\n\
+                 --- kube-apiserver log lines mentioning webhooks ({}) ---\n{}\n\
+                 --- last 40 lines of {} ---\n{}",
+                control_plane.apiserver_log.display(),
+                apiserver_log_lines(&control_plane.apiserver_log, "webhook", 20),
+                webhook.log().display(),
+                log_tail(webhook.log(), 40),
+            )
+            .into());
+        }
+
+        Ok(Self {
+            dir,
+            control_plane,
+            certificates,
+            _webhook: webhook,
+        })
+    }
+}
+
+/// Proves the whole path works before tests rely on it: the apiserver has loaded the
+/// registration, calls the webhook, and applies its patch to a (dry-run) ServiceAccount.
+async fn canary(client: Client) -> Result<()> {
+    let scenario = Scenario::with_client(client, "canary");
+    let ns = scenario.create_namespace(&[], &[]).await?;
+    scenario
+        .apply_manager(&format!(
+            "
+apiVersion: cheiron.anny.co/v1alpha1
+kind: ImagePullSecretManager
+metadata:
+  name: canary
+  namespace: {ns}
+spec:
+  secrets:
+    - existingSecretRef:
+        name: canary-pull
+"
+        ))
+        .await?;
+    scenario
+        .until_new_service_account_gets(&ns, "canary", &["canary-pull"])
+        .await
+}
+
+static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
+
+/// The cluster, started on the first call (which blocks until it is up or has failed; every
+/// later call returns the same outcome).
+pub fn cluster() -> Result<&'static Cluster> {
+    let cluster = CLUSTER.get_or_init(|| {
+        // Started on a thread with its own runtime: the calling test's runtime ends with the test.
+        let started = std::thread::Builder::new()
+            .name("e2e-cluster".to_owned())
+            .spawn(|| -> Result<Cluster, String> {
+                let dir = run_dir().map_err(|e| format!("cannot create the run directory: {e}"))?;
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                runtime
+                    .block_on(Cluster::start(dir.clone()))
+                    .map_err(|e| format!("{e}\n(files and logs of this run: {})", dir.display()))
+            });
+        match started {
+            Ok(handle) => handle
+                .join()
+                .unwrap_or_else(|_| Err("the cluster start-up thread panicked".to_owned())),
+            Err(e) => Err(format!("cannot spawn the cluster start-up thread: {e}")),
+        }
+    });
+    cluster
+        .as_ref()
+        .map_err(|e| format!("the end-to-end test cluster did not start: {e}").into())
+}
+
+/// A fresh `run-<pid>-XXXXXX` directory under `$CARGO_TARGET_TMPDIR/cheiron-e2e/`. Directories
+/// of earlier runs whose process is gone are removed first, so the logs of the last run stay
+/// available for inspection until the next one.
+fn run_dir() -> Result<PathBuf> {
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cheiron-e2e");
+    std::fs::create_dir_all(&base)?;
+    for entry in std::fs::read_dir(&base)?.flatten() {
+        let name = entry.file_name();
+        let owner = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("run-"))
+            .and_then(|n| n.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok());
+        if let Some(pid) = owner
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("run-{}-", std::process::id()))
+        .tempdir_in(&base)?
+        .keep();
+    Ok(dir)
+}

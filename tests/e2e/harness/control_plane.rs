@@ -1,0 +1,350 @@
+//! etcd, kube-apiserver and kube-controller-manager, started with the command lines verified in
+//! `tests/k8s/README.md`, on free loopback ports, in a fresh directory.
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use base64::Engine;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::{
+    Api, Client,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+
+use super::{
+    Result,
+    process::{Process, discard_at_exit, log_tail},
+};
+
+/// The user without groups whose rights the readiness test grants piece by piece.
+pub const LIMITED_USER: &str = "cheiron-limited";
+
+const ETCD_READY: Duration = Duration::from_secs(30);
+const APISERVER_READY: Duration = Duration::from_secs(60);
+const CONTROLLER_MANAGER_READY: Duration = Duration::from_secs(30);
+
+/// A running control plane. Dropping it stops the processes (kcm, apiserver, etcd).
+pub struct ControlPlane {
+    /// kubeconfig of `admin` (`system:masters`).
+    pub admin_kubeconfig: PathBuf,
+    /// kubeconfig of [`LIMITED_USER`] (no groups, no rights until a test grants some).
+    pub limited_kubeconfig: PathBuf,
+    /// The client configuration of `admin`.
+    pub admin_config: kube::Config,
+    /// The apiserver's log file.
+    pub apiserver_log: PathBuf,
+    // Dropped in field order: kcm, then the apiserver, then etcd.
+    _controller_manager: Process,
+    _apiserver: Process,
+    _etcd: Process,
+}
+
+impl ControlPlane {
+    /// Builds (or finds) the binaries and starts the three processes in `dir`, returning once
+    /// the apiserver is ready and the controllers work (`default` ServiceAccount exists).
+    pub async fn start(dir: &Path) -> Result<Self> {
+        let bin = assets()?;
+        let [etcd_port, peer_port, api_port, kcm_port] = free_ports()?;
+        let admin_token = random_token()?;
+        let kcm_token = random_token()?;
+        let limited_token = random_token()?;
+
+        // ECDSA P-256 from rcgen. The apiserver's --service-account-key-file reads RSA/EC
+        // private keys only in PKCS#1/SEC1 form, so rcgen's PKCS#8 key goes to the signing-key
+        // flags and its SPKI public key to --service-account-key-file.
+        let sa_key = rcgen::KeyPair::generate()?;
+        let sa_private = dir.join("sa.key");
+        let sa_public = dir.join("sa.pub");
+        std::fs::write(&sa_private, sa_key.serialize_pem())?;
+        std::fs::write(&sa_public, sa_key.public_key_pem())?;
+        let tokens = dir.join("tokens.csv");
+        // kcm needs system:masters because --use-service-account-credentials=false.
+        std::fs::write(
+            &tokens,
+            format!(
+                "{admin_token},admin,admin,\"system:masters\"\n\
+                 {kcm_token},system:kube-controller-manager,system:kube-controller-manager,\"system:masters\"\n\
+                 {limited_token},{LIMITED_USER},{LIMITED_USER}\n"
+            ),
+        )?;
+
+        let http = reqwest::Client::builder()
+            .danger_accept_invalid_certs(true)
+            .timeout(Duration::from_secs(2))
+            .build()?;
+
+        let etcd_data = dir.join("etcd-data");
+        discard_at_exit(&etcd_data)?;
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let mut etcd = Process::spawn(
+            "etcd",
+            Command::new(bin.join("etcd")).args([
+                "--name=default".to_owned(),
+                format!("--data-dir={}", etcd_data.display()),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=default={peer_url}"),
+                "--initial-cluster-state=new".to_owned(),
+                "--unsafe-no-fsync".to_owned(),
+                "--log-level=warn".to_owned(),
+            ]),
+            &dir.join("etcd.log"),
+        )?;
+        wait_until(&mut etcd, "etcd /health", ETCD_READY, || async {
+            let body = http
+                .get(format!("{etcd_url}/health"))
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            body.contains(r#""health":"true""#).then_some(())
+        })
+        .await?;
+
+        let cert_dir = dir.join("apiserver-certs");
+        let server = format!("https://127.0.0.1:{api_port}");
+        let apiserver_log = dir.join("kube-apiserver.log");
+        let mut apiserver = Process::spawn(
+            "kube-apiserver",
+            Command::new(bin.join("kube-apiserver")).args([
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".to_owned(),
+                "--advertise-address=127.0.0.1".to_owned(),
+                format!("--secure-port={api_port}"),
+                format!("--cert-dir={}", cert_dir.display()),
+                format!("--token-auth-file={}", tokens.display()),
+                "--authorization-mode=RBAC".to_owned(),
+                "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,MutatingAdmissionWebhook,ValidatingAdmissionWebhook".to_owned(),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
+                format!("--service-account-key-file={}", sa_public.display()),
+                format!("--service-account-signing-key-file={}", sa_private.display()),
+                "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
+                "--endpoint-reconciler-type=none".to_owned(),
+            ]),
+            &apiserver_log,
+        )?;
+        wait_until(
+            &mut apiserver,
+            "kube-apiserver /readyz",
+            APISERVER_READY,
+            || async {
+                let response = http
+                    .get(format!("{server}/readyz"))
+                    .bearer_auth(&admin_token)
+                    .send()
+                    .await
+                    .ok()?;
+                (response.text().await.ok()? == "ok").then_some(())
+            },
+        )
+        .await?;
+
+        let ca_pem = std::fs::read_to_string(cert_dir.join("apiserver.crt"))?;
+        let admin_kubeconfig = dir.join("admin.kubeconfig");
+        let kcm_kubeconfig = dir.join("kcm.kubeconfig");
+        let limited_kubeconfig = dir.join("limited.kubeconfig");
+        write_kubeconfig(&admin_kubeconfig, &server, &ca_pem, "admin", &admin_token)?;
+        write_kubeconfig(&kcm_kubeconfig, &server, &ca_pem, "kcm", &kcm_token)?;
+        write_kubeconfig(
+            &limited_kubeconfig,
+            &server,
+            &ca_pem,
+            LIMITED_USER,
+            &limited_token,
+        )?;
+
+        let mut controller_manager = Process::spawn(
+            "kube-controller-manager",
+            Command::new(bin.join("kube-controller-manager")).args([
+                format!("--kubeconfig={}", kcm_kubeconfig.display()),
+                "--controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller".to_owned(),
+                format!("--service-account-private-key-file={}", sa_private.display()),
+                format!("--root-ca-file={}", cert_dir.join("apiserver.crt").display()),
+                "--use-service-account-credentials=false".to_owned(),
+                "--leader-elect=false".to_owned(),
+                "--bind-address=127.0.0.1".to_owned(),
+                format!("--secure-port={kcm_port}"),
+                format!("--cert-dir={}", dir.join("kcm-certs").display()),
+            ]),
+            &dir.join("kube-controller-manager.log"),
+        )?;
+        wait_until(
+            &mut controller_manager,
+            "kube-controller-manager /healthz",
+            CONTROLLER_MANAGER_READY,
+            || async {
+                let body = http
+                    .get(format!("https://127.0.0.1:{kcm_port}/healthz"))
+                    .send()
+                    .await
+                    .ok()?
+                    .text()
+                    .await
+                    .ok()?;
+                (body == "ok").then_some(())
+            },
+        )
+        .await?;
+
+        let admin_config = kube::Config::from_custom_kubeconfig(
+            Kubeconfig::read_from(&admin_kubeconfig)?,
+            &KubeConfigOptions::default(),
+        )
+        .await?;
+        let service_accounts: Api<ServiceAccount> =
+            Api::namespaced(Client::try_from(admin_config.clone())?, "default");
+        wait_until(
+            &mut controller_manager,
+            "the serviceaccount controller to create ServiceAccount default/default",
+            CONTROLLER_MANAGER_READY,
+            || async {
+                service_accounts
+                    .get_opt("default")
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|_| ())
+            },
+        )
+        .await?;
+
+        Ok(Self {
+            admin_kubeconfig,
+            limited_kubeconfig,
+            admin_config,
+            apiserver_log,
+            _controller_manager: controller_manager,
+            _apiserver: apiserver,
+            _etcd: etcd,
+        })
+    }
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, failing early if `process` exits and
+/// after `timeout` with the tail of its log.
+pub async fn wait_until<T, F, Fut>(
+    process: &mut Process,
+    what: &str,
+    timeout: Duration,
+    mut check: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        process.check_running()?;
+        if let Some(value) = check().await {
+            return Ok(value);
+        }
+        if start.elapsed() > timeout {
+            return Err(process
+                .failure(&format!("timed out after {timeout:?} waiting for {what}"))
+                .into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Runs `tests/k8s/assets` and returns the directory it prints. Its stderr (build progress)
+/// is passed through live and quoted in the error.
+fn assets() -> Result<PathBuf> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/k8s/assets");
+    let mut child = Command::new(&script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    let mut stderr_lines = Vec::new();
+    if let Some(stderr) = child.stderr.take() {
+        for line in BufReader::new(stderr)
+            .lines()
+            .map_while(std::result::Result::ok)
+        {
+            // Straight to the terminal: cargo test's capture only covers the print macros,
+            // and a first build takes minutes.
+            let _ = writeln!(std::io::stderr(), "{line}");
+            stderr_lines.push(line);
+        }
+    }
+    let mut stdout = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        out.read_to_string(&mut stdout)?;
+    }
+    let status = child.wait()?;
+    let dir = PathBuf::from(stdout.trim());
+    if !status.success() || stdout.trim().is_empty() {
+        return Err(format!(
+            "the end-to-end tests need etcd, kube-apiserver and kube-controller-manager, and {} could not provide them ({status}):\n{}\n\
+             Install Go (>= 1.26; the binaries are built once from the Go module proxy and cached) \
+             or set CHEIRON_K8S_ASSETS to a directory holding etcd, kube-apiserver and kube-controller-manager.",
+            script.display(),
+            stderr_lines.join("\n")
+        )
+        .into());
+    }
+    Ok(dir)
+}
+
+/// `N` distinct free loopback ports (all bound at once, so they differ, then released).
+pub fn free_ports<const N: usize>() -> Result<[u16; N]> {
+    let listeners = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let ports = listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    ports.try_into().map_err(|_| "port count mismatch".into())
+}
+
+/// 128 random bits, hex.
+pub fn random_token() -> Result<String> {
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn write_kubeconfig(
+    path: &Path,
+    server: &str,
+    ca_pem: &str,
+    user: &str,
+    token: &str,
+) -> Result<()> {
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    std::fs::write(
+        path,
+        format!(
+            "apiVersion: v1\n\
+             kind: Config\n\
+             clusters:\n\
+             - name: e2e\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\n\
+             users:\n\
+             - name: {user}\n  user:\n    token: {token}\n\
+             contexts:\n\
+             - name: e2e\n  context:\n    cluster: e2e\n    user: {user}\n\
+             current-context: e2e\n"
+        ),
+    )?;
+    Ok(())
+}
+
+/// Quotes the apiserver log lines that mention `needle` (for webhook call failures).
+pub fn apiserver_log_lines(log: &Path, needle: &str, max: usize) -> String {
+    let text = log_tail(log, usize::MAX);
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains(needle)).collect();
+    lines[lines.len().saturating_sub(max)..].join("\n")
+}

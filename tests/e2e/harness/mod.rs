@@ -1,0 +1,48 @@
+//! The end-to-end harness: one real control plane per test binary (etcd, kube-apiserver,
+//! kube-controller-manager from `tests/k8s/assets`), the CRDs from `cheiron crds`, and one
+//! shared `cheiron webhook` in cluster mode registered through
+//! [`cheiron::install::WebhookRegistration`], all started lazily by the first test.
+//!
+//! Tests get a [`Scenario`] (`Scenario::new("slug")`), work only in namespaces it creates (or
+//! in cluster-scoped objects it names uniquely, scoped to its namespaces), and so run in
+//! parallel. Processes are stopped by a watchdog when the binary exits; files and logs of
+//! the last run stay in `target/tmp/cheiron-e2e/` (a failing test prints the path).
+
+mod cluster;
+mod control_plane;
+mod objects;
+mod process;
+mod scenario;
+mod wait;
+mod webhook;
+
+pub use control_plane::{LIMITED_USER, apiserver_log_lines, free_ports};
+pub use objects::{Admitted, pod, service_account};
+pub use scenario::{SCENARIO_LABEL, SETTLE, Scenario};
+pub use wait::wait_for;
+pub use webhook::register;
+
+/// Any failure of the harness or a test. Its `Debug` (what the test runner prints for a test
+/// that returns `Err`) is its message, so multi-line messages with log tails stay readable.
+pub struct Error(Box<dyn std::error::Error + Send + Sync>);
+
+impl<E: Into<Box<dyn std::error::Error + Send + Sync>>> From<E> for Error {
+    fn from(error: E) -> Self {
+        Self(error.into())
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+/// `Result` with [`Error`]; `Result` alone is what a test returns.
+pub type Result<T = (), E = Error> = std::result::Result<T, E>;

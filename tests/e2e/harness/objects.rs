@@ -1,0 +1,119 @@
+//! Building the objects tests create, and reading what admission did to them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::core::v1::{Container, LocalObjectReference, Pod, PodSpec, ServiceAccount},
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+
+/// `key=value` pairs as a label or annotation map (`None` when empty).
+pub fn string_map(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
+    (!pairs.is_empty()).then(|| {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    })
+}
+
+fn references(names: &[&str]) -> Option<Vec<LocalObjectReference>> {
+    (!names.is_empty()).then(|| {
+        names
+            .iter()
+            .map(|n| LocalObjectReference {
+                name: (*n).to_owned(),
+            })
+            .collect()
+    })
+}
+
+/// A ServiceAccount with its own pull secrets (in this order) and annotations.
+pub fn service_account(
+    name: &str,
+    own_pull_secrets: &[&str],
+    annotations: &[(&str, &str)],
+) -> ServiceAccount {
+    ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            annotations: string_map(annotations),
+            ..ObjectMeta::default()
+        },
+        image_pull_secrets: references(own_pull_secrets),
+        ..ServiceAccount::default()
+    }
+}
+
+/// A Pod as a controller creates it: only `generateName`, no name, no namespace.
+pub fn pod(
+    generate_name: &str,
+    labels: &[(&str, &str)],
+    own_pull_secrets: &[&str],
+    annotations: &[(&str, &str)],
+) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            generate_name: Some(generate_name.to_owned()),
+            labels: string_map(labels),
+            annotations: string_map(annotations),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "app".to_owned(),
+                image: Some("registry.example.com/team/app:1.0".to_owned()),
+                ..Container::default()
+            }],
+            image_pull_secrets: references(own_pull_secrets),
+            ..PodSpec::default()
+        }),
+        ..Pod::default()
+    }
+}
+
+/// What admission left on an object.
+pub trait Admitted {
+    /// `imagePullSecrets` names, in order.
+    fn pull_secret_names(&self) -> Vec<String>;
+    /// The object's metadata.
+    fn meta(&self) -> &ObjectMeta;
+    /// One annotation.
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.meta()
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    }
+}
+
+fn names(references: Option<&Vec<LocalObjectReference>>) -> Vec<String> {
+    references
+        .map(|r| r.iter().map(|r| r.name.clone()).collect())
+        .unwrap_or_default()
+}
+
+impl Admitted for ServiceAccount {
+    fn pull_secret_names(&self) -> Vec<String> {
+        names(self.image_pull_secrets.as_ref())
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}
+
+impl Admitted for Pod {
+    fn pull_secret_names(&self) -> Vec<String> {
+        names(
+            self.spec
+                .as_ref()
+                .and_then(|s| s.image_pull_secrets.as_ref()),
+        )
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}

@@ -1,0 +1,13 @@
+//! End-to-end tests of cheiron against a real kube-apiserver: managers are created through the
+//! API, objects are created through the API, and the tests assert what the apiserver stored
+//! after calling the shared `cheiron webhook`. See [`harness`] for the cluster's lifecycle.
+
+mod harness;
+
+mod crd_schema;
+mod failure_policy;
+mod live_managers;
+mod opt_out;
+mod pods;
+mod readiness;
+mod service_accounts;

@@ -1,0 +1,94 @@
+//! The webhook never admits with an empty view: `/readyz` fails until all of its caches
+//! (managers, namespaces, cheiron's Secrets) have synced.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::{
+    Api,
+    api::{Patch, PatchParams},
+};
+use serde_json::{Value, json};
+
+use crate::harness::{LIMITED_USER, Result, Scenario};
+
+/// How long `/readyz` must keep failing while Secrets cannot be listed.
+const UNREADY_SAMPLE: Duration = Duration::from_secs(3);
+
+fn rule(group: &str, resources: &[&str]) -> Value {
+    json!({"apiGroups": [group], "resources": resources, "verbs": ["get", "list", "watch"]})
+}
+
+async fn grant(s: &Scenario, role: &str, rules: Vec<Value>) -> Result {
+    let role: ClusterRole = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": role},
+        "rules": rules,
+    }))?;
+    Api::<ClusterRole>::all(s.client().clone())
+        .patch(
+            role.metadata.name.as_deref().unwrap_or_default(),
+            &PatchParams::apply("cheiron-e2e").force(),
+            &Patch::Apply(&role),
+        )
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn webhook_is_not_ready_until_its_secret_cache_can_sync() -> Result {
+    let s = Scenario::new("readiness").await?;
+    let role = s.unique_name("webhook");
+    let managers = rule(
+        "cheiron.anny.co",
+        &["imagepullsecretmanagers", "clusterimagepullsecretmanagers"],
+    );
+    let namespaces = rule("", &["namespaces"]);
+    grant(&s, &role, vec![managers.clone(), namespaces.clone()]).await?;
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": LIMITED_USER}],
+    }))?;
+    let bindings = Api::<ClusterRoleBinding>::all(s.client().clone());
+    bindings.create(&Default::default(), &binding).await?;
+
+    let mut webhook = s.start_webhook_as_limited_user()?;
+    webhook
+        .wait_for_admin_status("/healthz", 200, Duration::from_secs(20))
+        .await?;
+    let sampled = Instant::now();
+    let mut statuses = Vec::new();
+    while sampled.elapsed() < UNREADY_SAMPLE {
+        statuses.push(webhook.admin_status("/readyz").await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    webhook.check_running()?;
+    let log = webhook.log().display().to_string();
+    assert!(
+        statuses.iter().all(|s| *s == Some(503)),
+        "/readyz while Secrets are forbidden: {statuses:?} (log: {log})"
+    );
+
+    grant(
+        &s,
+        &role,
+        vec![managers, namespaces, rule("", &["secrets"])],
+    )
+    .await?;
+    let granted = Instant::now();
+    webhook
+        .wait_for_admin_status("/readyz", 200, Duration::from_secs(30))
+        .await?;
+    eprintln!("ready {:?} after Secrets were granted", granted.elapsed());
+
+    webhook.stop();
+    bindings.delete(&role, &Default::default()).await?;
+    Api::<ClusterRole>::all(s.client().clone())
+        .delete(&role, &Default::default())
+        .await?;
+    Ok(())
+}
