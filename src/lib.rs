@@ -3,6 +3,7 @@
 pub mod admission;
 pub mod api;
 pub mod cli;
+pub mod controller;
 pub mod install;
 pub mod metrics;
 pub mod policy;

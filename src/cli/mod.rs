@@ -1,11 +1,13 @@
 //! The `cheiron` command line (SPEC §6). Each subcommand's `Args::run` destructures every
 //! field, so a new flag cannot be silently ignored.
 
+mod controller;
 mod mutate;
 mod webhook;
 
 use clap::{Parser, Subcommand};
 
+pub use controller::{ControllerArgs, ControllerCommand, RunCommand};
 pub use mutate::{MutateArgs, OutputFormat};
 pub use webhook::{AdminArgs, TlsArgs, WebhookArgs};
 
@@ -44,6 +46,10 @@ pub struct Cli {
 enum Command {
     /// Serve the HTTPS mutating admission webhook.
     Webhook(WebhookArgs),
+    /// Materialise pull Secrets, backfill ServiceAccounts and report status (leader-elected).
+    Controller(ControllerCommand),
+    /// Webhook and controller in one process; the controller part is leader-elected.
+    Run(RunCommand),
     /// Offline: show what the webhook would do to Pods and ServiceAccounts in a manifest.
     Mutate(MutateArgs),
     /// Print both CustomResourceDefinitions as YAML.
@@ -57,6 +63,8 @@ impl Cli {
         log.init()?;
         match command {
             Command::Webhook(args) => args.run(shutdown_on_signal()?).await,
+            Command::Controller(args) => args.run(shutdown_on_signal()?).await,
+            Command::Run(args) => args.run(shutdown_on_signal()?).await,
             Command::Mutate(args) => args.run(&mut std::io::stdout().lock()),
             Command::Crds => {
                 print!("{}", crate::api::crds_yaml()?);

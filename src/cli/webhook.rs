@@ -94,6 +94,17 @@ fn parse_seconds(text: &str) -> Result<Duration, String> {
 impl WebhookArgs {
     /// Serves until `shutdown` is cancelled and connections have drained.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        self.run_with(None, Arc::new(Metrics::new()), shutdown)
+            .await
+    }
+
+    /// Like [`Self::run`], with a client already made (for `cheiron run`) and shared metrics.
+    pub async fn run_with(
+        self,
+        client: Option<kube::Client>,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
         let Self {
             listen,
             admin: AdminArgs { admin_listen },
@@ -102,9 +113,12 @@ impl WebhookArgs {
             shutdown_delay,
         } = self;
         let source: Arc<dyn Source> = if from.is_empty() {
-            let client = kube::Client::try_default()
-                .await
-                .context("cannot reach the cluster (set KUBECONFIG, run in a Pod, or use --from for static mode)")?;
+            let client = match client {
+                Some(client) => client,
+                None => kube::Client::try_default().await.context(
+                    "cannot reach the cluster (set KUBECONFIG, run in a Pod, or use --from for static mode)",
+                )?,
+            };
             let (source, watches) = ClusterSource::start(client).await?;
             tokio::spawn(watches);
             source
@@ -119,7 +133,7 @@ impl WebhookArgs {
             tls: tls.source(),
             shutdown_delay,
         };
-        webhook::run(options, source, Arc::new(Metrics::new()), shutdown).await?;
+        webhook::run(options, source, metrics, shutdown).await?;
         Ok(())
     }
 }

@@ -1,0 +1,208 @@
+//! `cheiron controller` and `cheiron run`.
+
+use std::{sync::Arc, time::Duration};
+
+use anyhow::Context as _;
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+
+use super::{AdminArgs, WebhookArgs};
+use crate::{
+    controller::{self, ControllerOptions, ControllerReady, LeaderElection},
+    metrics::Metrics,
+    webhook::{AdminState, admin_router},
+};
+
+/// Controller flags, shared by `controller` and `run`.
+#[derive(Args, Debug, Clone)]
+pub struct ControllerArgs {
+    /// Run the controller only while holding the Lease (default; safe with several replicas).
+    #[arg(
+        long,
+        overrides_with = "no_leader_election",
+        env = "CHEIRON_LEADER_ELECTION"
+    )]
+    pub leader_election: bool,
+    /// Run the controller without leader election (a single replica only).
+    #[arg(long, overrides_with = "leader_election")]
+    pub no_leader_election: bool,
+    /// Namespace of the Lease (default: POD_NAMESPACE, else the client's default namespace).
+    #[arg(long, value_name = "NS", env = "CHEIRON_LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    /// Name of the Lease.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "cheiron-controller",
+        env = "CHEIRON_LEADER_ELECTION_ID"
+    )]
+    pub leader_election_id: String,
+    /// Seconds a Lease is valid without renewal; a standby takes over after this.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 15,
+        env = "CHEIRON_LEASE_DURATION"
+    )]
+    pub lease_duration: u64,
+    /// Seconds between full reconciles of every manager (repairs unannounced drift).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 600,
+        env = "CHEIRON_RESYNC"
+    )]
+    pub resync: u64,
+}
+
+impl ControllerArgs {
+    /// Runs the controller (under leader election unless disabled) until `shutdown`.
+    pub async fn run(
+        self,
+        client: kube::Client,
+        metrics: Arc<Metrics>,
+        ready: Arc<ControllerReady>,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let Self {
+            leader_election: _,
+            no_leader_election,
+            leader_election_namespace,
+            leader_election_id,
+            lease_duration,
+            resync,
+        } = self;
+        let options = ControllerOptions {
+            resync: Duration::from_secs(resync.max(10)),
+            ..ControllerOptions::default()
+        };
+        if no_leader_election {
+            controller::run(client, options, metrics, ready, shutdown).await?;
+            return Ok(());
+        }
+        let namespace = leader_election_namespace
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| client.default_namespace().to_owned());
+        let election = LeaderElection {
+            namespace,
+            name: leader_election_id,
+            identity: format!("{}-{}", options.instance, std::process::id()),
+            lease_duration: Duration::from_secs(lease_duration),
+        };
+        let errors = Arc::new(std::sync::Mutex::new(None));
+        // A standby replica is doing its job.
+        ready.set(true);
+        election
+            .run(client.clone(), shutdown, |term| {
+                let (client, options, metrics, ready, errors) = (
+                    client.clone(),
+                    options.clone(),
+                    metrics.clone(),
+                    ready.clone(),
+                    errors.clone(),
+                );
+                async move {
+                    if let Err(e) =
+                        controller::run(client, options, metrics, ready.clone(), term).await
+                    {
+                        tracing::error!(error = %e, "controller failed");
+                        if let Ok(mut slot) = errors.lock() {
+                            *slot = Some(e);
+                        }
+                    }
+                    // Back to standing by.
+                    ready.set(true);
+                }
+            })
+            .await?;
+        let failed = errors.lock().ok().and_then(|mut e| e.take());
+        match failed {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+}
+
+async fn client() -> anyhow::Result<kube::Client> {
+    kube::Client::try_default()
+        .await
+        .context("cannot reach the cluster (set KUBECONFIG or run in a Pod)")
+}
+
+/// Arguments of `cheiron controller`.
+#[derive(Args, Debug, Clone)]
+pub struct ControllerCommand {
+    #[command(flatten)]
+    admin: AdminArgs,
+    #[command(flatten)]
+    controller: ControllerArgs,
+}
+
+impl ControllerCommand {
+    /// Runs the controller and its admin server until `shutdown`.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let Self {
+            admin: AdminArgs { admin_listen },
+            controller,
+        } = self;
+        let client = client().await?;
+        let metrics = Arc::new(Metrics::new());
+        let ready = Arc::new(ControllerReady::default());
+        let listener = tokio::net::TcpListener::bind(admin_listen)
+            .await
+            .with_context(|| format!("cannot listen on {admin_listen}"))?;
+        let admin = admin_router(
+            AdminState::new(ready.clone(), metrics.clone()).with_shutdown(shutdown.clone()),
+        );
+        let stop = shutdown.clone();
+        let admin_server = tokio::spawn(async move {
+            axum::serve(listener, admin)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await
+        });
+        tracing::info!(%admin_listen, "controller admin server listening");
+        let result = controller
+            .run(client, metrics, ready, shutdown.clone())
+            .await;
+        shutdown.cancel();
+        let _ = admin_server.await;
+        result
+    }
+}
+
+/// Arguments of `cheiron run`: the webhook on every replica, the controller on the leader.
+#[derive(Args, Debug, Clone)]
+pub struct RunCommand {
+    #[command(flatten)]
+    webhook: WebhookArgs,
+    #[command(flatten)]
+    controller: ControllerArgs,
+}
+
+impl RunCommand {
+    /// Runs both until `shutdown`.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let Self {
+            webhook,
+            controller,
+        } = self;
+        if !webhook.from.is_empty() {
+            anyhow::bail!(
+                "cheiron run needs a cluster: --from is for `cheiron webhook` in static mode"
+            );
+        }
+        let client = client().await?;
+        let metrics = Arc::new(Metrics::new());
+        let ready = Arc::new(ControllerReady::default());
+        let controller_task = {
+            let (client, metrics, shutdown) = (client.clone(), metrics.clone(), shutdown.clone());
+            tokio::spawn(async move { controller.run(client, metrics, ready, shutdown).await })
+        };
+        let served = webhook
+            .run_with(Some(client), metrics, shutdown.clone())
+            .await;
+        shutdown.cancel();
+        let controlled = controller_task.await.context("controller task")?;
+        served.and(controlled)
+    }
+}

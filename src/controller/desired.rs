@@ -1,0 +1,418 @@
+//! What a manager wants written: one `.dockerconfigjson` per entry (or one merged), computed
+//! from its entries and the source Secrets fetched for them. Pure: fetching is the caller's.
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::ByteString;
+
+use super::dockerconfig::{DockerConfig, InvalidSource};
+use crate::api::PullSecretEntry;
+
+/// A Secret a manager reads: `(namespace, name)`.
+pub type SourceKey = (String, String);
+
+/// A source Secret as fetched.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fetched {
+    /// It does not exist.
+    Missing,
+    /// Its type and data.
+    Present {
+        /// `type`.
+        secret_type: Option<String>,
+        /// `data`.
+        data: BTreeMap<String, ByteString>,
+    },
+}
+
+/// The Secrets an entry reads, in the manager's namespace unless the reference names one.
+pub fn source_key(entry: &PullSecretEntry, manager_namespace: Option<&str>) -> Option<SourceKey> {
+    let (name, namespace) = match (&entry.existing_secret_ref, &entry.password_secret_ref) {
+        (Some(r), _) => (&r.name, r.namespace.as_deref()),
+        (None, Some(r)) => (&r.name, r.namespace.as_deref()),
+        (None, None) => return None,
+    };
+    let namespace = namespace.or(manager_namespace)?;
+    Some((namespace.to_owned(), name.clone()))
+}
+
+/// What is wrong with one entry's source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// The source Secret does not exist (copies already written are kept).
+    SourceMissing {
+        /// Index in `spec.secrets`.
+        entry: usize,
+        /// `namespace/name`.
+        source: String,
+    },
+    /// The source Secret exists but cannot be used (never propagated).
+    InvalidSource {
+        /// Index in `spec.secrets`.
+        entry: usize,
+        /// `namespace/name`.
+        source: String,
+        /// What is wrong, never a value.
+        message: String,
+    },
+}
+
+impl Problem {
+    /// The status message for this problem.
+    pub fn message(&self) -> String {
+        match self {
+            Problem::SourceMissing { entry, source } => {
+                format!(
+                    "spec.secrets[{entry}]: source Secret {source} not found; existing copies are kept"
+                )
+            }
+            Problem::InvalidSource {
+                entry,
+                source,
+                message,
+            } => {
+                format!("spec.secrets[{entry}]: source Secret {source} is not usable: {message}")
+            }
+        }
+    }
+}
+
+/// One Secret a manager writes in every target namespace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DesiredSecret {
+    /// The Secret name.
+    pub name: String,
+    /// The `.dockerconfigjson` bytes, or `None` when a source problem means the copies must be
+    /// left as they are (neither created, updated nor deleted).
+    pub content: Option<Vec<u8>>,
+}
+
+/// Everything a manager wants, and what stands in the way.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Desired {
+    /// The Secrets, in entry order.
+    pub secrets: Vec<DesiredSecret>,
+    /// Source problems.
+    pub problems: Vec<Problem>,
+    /// Indexes of entries with an inline password.
+    pub inline_passwords: Vec<usize>,
+    /// With `mergeInto`: registries present in several entries (the earlier entry won).
+    pub shadowed_registries: Vec<String>,
+}
+
+fn describe((namespace, name): &SourceKey) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// Resolves one entry to its docker config.
+fn resolve(
+    index: usize,
+    entry: &PullSecretEntry,
+    manager_namespace: Option<&str>,
+    sources: &HashMap<SourceKey, Fetched>,
+) -> Result<DockerConfig, Problem> {
+    let key = source_key(entry, manager_namespace);
+    let fetched = |key: &SourceKey| sources.get(key).unwrap_or(&Fetched::Missing);
+    let invalid = |key: &SourceKey, message: String| Problem::InvalidSource {
+        entry: index,
+        source: describe(key),
+        message,
+    };
+    match (&entry.existing_secret_ref, key.clone()) {
+        (Some(_), Some(key)) => match fetched(&key) {
+            Fetched::Missing => Err(Problem::SourceMissing {
+                entry: index,
+                source: describe(&key),
+            }),
+            Fetched::Present { secret_type, data } => {
+                DockerConfig::from_secret(secret_type.as_deref(), data)
+                    .map_err(|InvalidSource(m)| invalid(&key, m))
+            }
+        },
+        _ => {
+            let (Some(registry), Some(username)) = (&entry.registry, &entry.username) else {
+                return Err(Problem::InvalidSource {
+                    entry: index,
+                    source: "spec".to_owned(),
+                    message: "registry and username are required".to_owned(),
+                });
+            };
+            let password = match (&entry.password, &entry.password_secret_ref, key) {
+                (Some(inline), _, _) => inline.clone(),
+                (None, Some(r), Some(key)) => match fetched(&key) {
+                    Fetched::Missing => {
+                        return Err(Problem::SourceMissing {
+                            entry: index,
+                            source: describe(&key),
+                        });
+                    }
+                    Fetched::Present { data, .. } => {
+                        let bytes = data
+                            .get(&r.key)
+                            .ok_or_else(|| invalid(&key, format!("has no key {:?}", r.key)))?;
+                        String::from_utf8(bytes.0.clone())
+                            .map_err(|_| {
+                                invalid(&key, format!("key {:?} is not UTF-8 text", r.key))
+                            })?
+                            .trim_end_matches(['\n', '\r'])
+                            .to_owned()
+                    }
+                },
+                _ => {
+                    return Err(Problem::InvalidSource {
+                        entry: index,
+                        source: "spec".to_owned(),
+                        message: "password or passwordSecretRef is required".to_owned(),
+                    });
+                }
+            };
+            Ok(DockerConfig::from_credentials(
+                registry,
+                username,
+                &password,
+                entry.email.as_deref(),
+            ))
+        }
+    }
+}
+
+/// Computes what a manager wants from its entries and the fetched sources.
+pub fn desired(
+    entries: &[PullSecretEntry],
+    merge_into: Option<&str>,
+    manager_namespace: Option<&str>,
+    sources: &HashMap<SourceKey, Fetched>,
+) -> Desired {
+    let mut out = Desired {
+        inline_passwords: entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.password.is_some())
+            .map(|(i, _)| i)
+            .collect(),
+        ..Desired::default()
+    };
+    let resolved: Vec<(Option<&str>, Result<DockerConfig, Problem>)> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.target_name(), resolve(i, e, manager_namespace, sources)))
+        .collect();
+    match merge_into {
+        Some(merged_name) => {
+            let mut configs = Vec::new();
+            for (_, result) in &resolved {
+                match result {
+                    Ok(config) => configs.push(config),
+                    Err(problem) => out.problems.push(problem.clone()),
+                }
+            }
+            // A merged copy missing some registries would silently drop credentials: keep the
+            // existing copy until every source resolves.
+            let content = out.problems.is_empty().then(|| {
+                let (merged, shadowed) = DockerConfig::merge(configs);
+                out.shadowed_registries = shadowed;
+                merged.to_bytes()
+            });
+            out.secrets.push(DesiredSecret {
+                name: merged_name.to_owned(),
+                content,
+            });
+        }
+        None => {
+            for (name, result) in resolved {
+                let Some(name) = name else { continue };
+                let content = match result {
+                    Ok(config) => Some(config.to_bytes()),
+                    Err(problem) => {
+                        out.problems.push(problem);
+                        None
+                    }
+                };
+                out.secrets.push(DesiredSecret {
+                    name: name.to_owned(),
+                    content,
+                });
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::api::{SecretKeyRef, SecretRef};
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    fn inline(name: &str, registry: &str) -> PullSecretEntry {
+        PullSecretEntry {
+            name: Some(name.into()),
+            registry: Some(registry.into()),
+            username: Some("u".into()),
+            password: Some("p".into()),
+            ..PullSecretEntry::default()
+        }
+    }
+
+    fn reference(name: &str) -> PullSecretEntry {
+        PullSecretEntry {
+            existing_secret_ref: Some(SecretRef {
+                name: name.into(),
+                namespace: None,
+            }),
+            ..PullSecretEntry::default()
+        }
+    }
+
+    fn dockerconfig(registry: &str) -> Fetched {
+        let body = json!({"auths": {registry: {"auth": "eDp5"}}}).to_string();
+        Fetched::Present {
+            secret_type: Some("kubernetes.io/dockerconfigjson".into()),
+            data: BTreeMap::from([(".dockerconfigjson".into(), ByteString(body.into_bytes()))]),
+        }
+    }
+
+    fn registries(content: &Option<Vec<u8>>) -> Result<Vec<String>, serde_json::Error> {
+        let value: Value = serde_json::from_slice(content.as_deref().unwrap_or(b"{}"))?;
+        Ok(value["auths"]
+            .as_object()
+            .map(|a| a.keys().cloned().collect())
+            .unwrap_or_default())
+    }
+
+    #[test]
+    fn each_entry_becomes_one_secret_and_inline_passwords_are_flagged() -> TestResult {
+        let sources = HashMap::from([(
+            ("team".into(), "gitlab".into()),
+            dockerconfig("registry.gitlab.com"),
+        )]);
+        let d = desired(
+            &[inline("hub", "docker.io"), reference("gitlab")],
+            None,
+            Some("team"),
+            &sources,
+        );
+        assert_eq!(
+            d.secrets
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>(),
+            ["hub", "gitlab"]
+        );
+        assert_eq!(registries(&d.secrets[0].content)?, ["docker.io"]);
+        assert_eq!(registries(&d.secrets[1].content)?, ["registry.gitlab.com"]);
+        assert_eq!(d.inline_passwords, [0]);
+        assert!(d.problems.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn password_secret_ref_reads_the_key_and_trims_a_trailing_newline() -> TestResult {
+        let entry = PullSecretEntry {
+            name: Some("ghcr".into()),
+            registry: Some("ghcr.io".into()),
+            username: Some("bob".into()),
+            password_secret_ref: Some(SecretKeyRef {
+                name: "ghcr-token".into(),
+                key: "token".into(),
+                namespace: Some("cheiron".into()),
+            }),
+            ..PullSecretEntry::default()
+        };
+        let token = Fetched::Present {
+            secret_type: Some("Opaque".into()),
+            data: BTreeMap::from([("token".into(), ByteString(b"t0ken\n".to_vec()))]),
+        };
+        let sources = HashMap::from([(("cheiron".into(), "ghcr-token".into()), token)]);
+        let d = desired(std::slice::from_ref(&entry), None, None, &sources);
+        let value: Value =
+            serde_json::from_slice(d.secrets[0].content.as_deref().unwrap_or_default())?;
+        assert_eq!(value["auths"]["ghcr.io"]["password"], "t0ken");
+        // A missing key is an invalid source.
+        let empty = HashMap::from([(
+            ("cheiron".into(), "ghcr-token".into()),
+            Fetched::Present {
+                secret_type: None,
+                data: BTreeMap::new(),
+            },
+        )]);
+        let d = desired(&[entry], None, None, &empty);
+        assert!(
+            matches!(&d.problems[0], Problem::InvalidSource { message, .. } if message.contains("no key \"token\""))
+        );
+        assert_eq!(d.secrets[0].content, None);
+        Ok(())
+    }
+
+    #[test]
+    fn missing_and_invalid_sources_keep_copies_as_they_are() {
+        let invalid = Fetched::Present {
+            secret_type: Some("Opaque".into()),
+            data: BTreeMap::new(),
+        };
+        let sources = HashMap::from([(("team".into(), "bad".into()), invalid)]);
+        let d = desired(
+            &[reference("gone"), reference("bad")],
+            None,
+            Some("team"),
+            &sources,
+        );
+        assert_eq!(
+            d.secrets.iter().map(|s| &s.content).collect::<Vec<_>>(),
+            [&None, &None]
+        );
+        assert!(matches!(
+            d.problems[0],
+            Problem::SourceMissing { entry: 0, .. }
+        ));
+        assert!(matches!(
+            d.problems[1],
+            Problem::InvalidSource { entry: 1, .. }
+        ));
+        assert!(d.problems[0].message().contains("team/gone not found"));
+    }
+
+    #[test]
+    fn merge_into_writes_one_secret_and_the_earlier_registry_wins() -> TestResult {
+        let sources = HashMap::from([(
+            ("team".into(), "hub-copy".into()),
+            dockerconfig("docker.io"),
+        )]);
+        let d = desired(
+            &[
+                inline("hub", "docker.io"),
+                reference("hub-copy"),
+                inline("q", "quay.io"),
+            ],
+            Some("merged"),
+            Some("team"),
+            &sources,
+        );
+        assert_eq!(d.secrets.len(), 1);
+        assert_eq!(d.secrets[0].name, "merged");
+        assert_eq!(registries(&d.secrets[0].content)?, ["docker.io", "quay.io"]);
+        assert_eq!(d.shadowed_registries, ["docker.io"]);
+        let value: Value =
+            serde_json::from_slice(d.secrets[0].content.as_deref().unwrap_or_default())?;
+        assert_eq!(
+            value["auths"]["docker.io"]["username"], "u",
+            "the inline entry came first"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn merge_into_is_held_back_while_any_source_is_missing() {
+        let d = desired(
+            &[inline("hub", "docker.io"), reference("gone")],
+            Some("merged"),
+            Some("team"),
+            &HashMap::new(),
+        );
+        assert_eq!(d.secrets[0].content, None);
+        assert_eq!(d.problems.len(), 1);
+    }
+}

@@ -1,0 +1,111 @@
+//! The two manager kinds seen through one interface, so the reconciler is written once.
+
+use std::fmt::Debug;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::{Api, Client, Resource, ResourceExt, runtime::reflector::ObjectRef};
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::{
+    api::{ClusterImagePullSecretManager, ImagePullSecretManager, ManagerStatus, PullSecretEntry},
+    policy::{InvalidManager, Manager, ManagerKind},
+};
+
+/// A manager object of either kind.
+pub trait ManagerObject:
+    Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static
+{
+    /// Which kind this is.
+    const KIND: ManagerKind;
+    /// Compiles the policy view of this manager.
+    fn compile(&self) -> Result<Manager, InvalidManager>;
+    /// `spec.secrets`.
+    fn entries(&self) -> &[PullSecretEntry];
+    /// `spec.mergeInto`.
+    fn merge_into(&self) -> Option<&str>;
+    /// `status`.
+    fn current_status(&self) -> Option<&ManagerStatus>;
+    /// The API to write this object (its status, its finalizer) through.
+    fn api(&self, client: Client) -> Api<Self>;
+    /// The reference cheiron puts on the Secrets it writes for this manager. Not blocking
+    /// owner deletion: cleanup goes through the finalizer; the reference is a GC backstop.
+    fn owner_reference(&self) -> OwnerReference {
+        OwnerReference {
+            api_version: Self::api_version(&()).into_owned(),
+            kind: Self::kind(&()).into_owned(),
+            name: self.name_any(),
+            uid: self.uid().unwrap_or_default(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        }
+    }
+}
+
+impl ManagerObject for ImagePullSecretManager {
+    const KIND: ManagerKind = ManagerKind::Namespaced;
+
+    fn compile(&self) -> Result<Manager, InvalidManager> {
+        Manager::from_namespaced(self)
+    }
+
+    fn entries(&self) -> &[PullSecretEntry] {
+        &self.spec.secrets
+    }
+
+    fn merge_into(&self) -> Option<&str> {
+        self.spec.merge_into.as_deref()
+    }
+
+    fn current_status(&self) -> Option<&ManagerStatus> {
+        self.status.as_ref()
+    }
+
+    fn api(&self, client: Client) -> Api<Self> {
+        Api::namespaced(client, &self.namespace().unwrap_or_default())
+    }
+}
+
+impl ManagerObject for ClusterImagePullSecretManager {
+    const KIND: ManagerKind = ManagerKind::Cluster;
+
+    fn compile(&self) -> Result<Manager, InvalidManager> {
+        Manager::from_cluster(self)
+    }
+
+    fn entries(&self) -> &[PullSecretEntry] {
+        &self.spec.secrets
+    }
+
+    fn merge_into(&self) -> Option<&str> {
+        self.spec.merge_into.as_deref()
+    }
+
+    fn current_status(&self) -> Option<&ManagerStatus> {
+        self.status.as_ref()
+    }
+
+    fn api(&self, client: Client) -> Api<Self> {
+        Api::all(client)
+    }
+}
+
+/// The reconcile request for a manager of either kind.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ManagerRef {
+    /// An `ImagePullSecretManager`.
+    Namespaced(ObjectRef<ImagePullSecretManager>),
+    /// A `ClusterImagePullSecretManager`.
+    Cluster(ObjectRef<ClusterImagePullSecretManager>),
+}
+
+impl From<&crate::policy::ManagerId> for ManagerRef {
+    fn from(id: &crate::policy::ManagerId) -> Self {
+        match (&id.kind, &id.namespace) {
+            (ManagerKind::Namespaced, Some(ns)) => {
+                ManagerRef::Namespaced(ObjectRef::new(&id.name).within(ns))
+            }
+            (ManagerKind::Namespaced, None) => ManagerRef::Namespaced(ObjectRef::new(&id.name)),
+            (ManagerKind::Cluster, _) => ManagerRef::Cluster(ObjectRef::new(&id.name)),
+        }
+    }
+}

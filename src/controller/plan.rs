@@ -1,0 +1,316 @@
+//! The writes one reconcile of one manager needs, computed from plain values: which namespaces
+//! are targets, which Secret names it wins (the oldest claimant wins), what to create, update
+//! or delete. Only Secrets carrying cheiron's managed-by label are ever updated or deleted;
+//! a name taken by anything else is discovered when the create fails.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::Arc,
+};
+
+use k8s_openapi::{
+    ByteString,
+    api::core::v1::Secret,
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
+};
+
+use super::{
+    desired::DesiredSecret,
+    dockerconfig::{DOCKER_CONFIG_JSON, DOCKER_CONFIG_JSON_KEY},
+};
+use crate::{
+    api::{GROUP, label},
+    policy::{Manager, ManagerId, ManagerKind, NamespaceMeta, namespace_opted_out},
+};
+
+/// The labels on every Secret cheiron writes for `manager`.
+pub fn owner_labels(manager: &ManagerId) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::from([
+        (
+            label::MANAGED_BY.to_owned(),
+            label::MANAGED_BY_VALUE.to_owned(),
+        ),
+        (
+            label::MANAGER_KIND.to_owned(),
+            manager.kind.as_str().to_owned(),
+        ),
+        (label::MANAGER_NAME.to_owned(), manager.name.clone()),
+    ]);
+    if let Some(ns) = &manager.namespace {
+        labels.insert(label::MANAGER_NAMESPACE.to_owned(), ns.clone());
+    }
+    labels
+}
+
+/// The manager a cheiron Secret's labels name, if they name one.
+pub fn labelled_owner(secret: &Secret) -> Option<ManagerId> {
+    let labels = secret.metadata.labels.as_ref()?;
+    if labels.get(label::MANAGED_BY).map(String::as_str) != Some(label::MANAGED_BY_VALUE) {
+        return None;
+    }
+    let kind = match labels.get(label::MANAGER_KIND).map(String::as_str) {
+        Some("ImagePullSecretManager") => ManagerKind::Namespaced,
+        Some("ClusterImagePullSecretManager") => ManagerKind::Cluster,
+        _ => return None,
+    };
+    Some(ManagerId {
+        kind,
+        namespace: labels.get(label::MANAGER_NAMESPACE).cloned(),
+        name: labels.get(label::MANAGER_NAME)?.clone(),
+    })
+}
+
+/// True when `secret` carries cheiron's managed-by label: the only Secrets cheiron may change.
+pub fn is_managed(secret: &Secret) -> bool {
+    secret
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(label::MANAGED_BY))
+        .is_some_and(|v| v == label::MANAGED_BY_VALUE)
+}
+
+/// A Secret of this manager that must go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stale {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// `metadata.uid`, a delete precondition.
+    pub uid: Option<String>,
+    /// `metadata.resourceVersion`, a delete precondition.
+    pub resource_version: Option<String>,
+    /// True when the namespace left the manager's scope (its ServiceAccount entries go too).
+    pub namespace_left: bool,
+}
+
+/// A Secret name this manager wants but an older manager claims in the same namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lost {
+    /// The namespace.
+    pub namespace: String,
+    /// The Secret name.
+    pub name: String,
+    /// The older manager that wins it.
+    pub winner: ManagerId,
+}
+
+/// The writes of one reconcile.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    /// Namespaces in scope, sorted.
+    pub targets: Vec<String>,
+    /// Secrets to create.
+    pub creates: Vec<Secret>,
+    /// Secrets to replace (their `resourceVersion` is the precondition).
+    pub updates: Vec<Secret>,
+    /// This manager's Secrets that are no longer wanted.
+    pub deletes: Vec<Stale>,
+    /// Names an older manager wins.
+    pub lost: Vec<Lost>,
+    /// `(namespace, name)` left as they are because a source has a problem.
+    pub held: Vec<(String, String)>,
+    /// Secrets already as wanted.
+    pub unchanged: usize,
+}
+
+/// The namespaces `manager` acts on: in scope, not opted out.
+pub fn targets<'a>(
+    manager: &Manager,
+    namespaces: impl IntoIterator<Item = &'a NamespaceMeta>,
+) -> Vec<String> {
+    let mut t: Vec<String> = namespaces
+        .into_iter()
+        .filter(|ns| manager.scope.contains(ns) && !namespace_opted_out(ns))
+        .map(|ns| ns.name.clone())
+        .collect();
+    t.sort();
+    t
+}
+
+/// The Secret object `manager` wants at `namespace/name`.
+pub fn secret(
+    namespace: &str,
+    name: &str,
+    content: &[u8],
+    manager: &ManagerId,
+    owner: &OwnerReference,
+) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(owner_labels(manager)),
+            owner_references: Some(vec![owner.clone()]),
+            ..ObjectMeta::default()
+        },
+        type_: Some(DOCKER_CONFIG_JSON.to_owned()),
+        data: Some(BTreeMap::from([(
+            DOCKER_CONFIG_JSON_KEY.to_owned(),
+            ByteString(content.to_vec()),
+        )])),
+        ..Secret::default()
+    }
+}
+
+fn is_cheiron_owner(reference: &OwnerReference) -> bool {
+    reference.api_version.starts_with(&format!("{GROUP}/"))
+}
+
+/// True when `current` already is what `manager` wants.
+fn up_to_date(
+    current: &Secret,
+    content: &[u8],
+    manager: &ManagerId,
+    owner: &OwnerReference,
+) -> bool {
+    let data_ok = current.type_.as_deref() == Some(DOCKER_CONFIG_JSON)
+        && current.data.as_ref().is_some_and(|d| {
+            d.len() == 1
+                && d.get(DOCKER_CONFIG_JSON_KEY)
+                    .is_some_and(|v| v.0 == content)
+        });
+    let labels = current.metadata.labels.clone().unwrap_or_default();
+    let labels_ok = owner_labels(manager)
+        .iter()
+        .all(|(k, v)| labels.get(k) == Some(v))
+        && (manager.namespace.is_some() || !labels.contains_key(label::MANAGER_NAMESPACE));
+    let owners: Vec<&OwnerReference> = current
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .filter(|o| is_cheiron_owner(o))
+        .collect();
+    data_ok && labels_ok && owners.len() == 1 && owners[0].uid == owner.uid
+}
+
+/// `current` changed into what `manager` wants, keeping whatever else others put on it.
+fn updated(
+    current: &Secret,
+    content: &[u8],
+    manager: &ManagerId,
+    owner: &OwnerReference,
+) -> Secret {
+    let mut next = current.clone();
+    next.data = Some(BTreeMap::from([(
+        DOCKER_CONFIG_JSON_KEY.to_owned(),
+        ByteString(content.to_vec()),
+    )]));
+    next.string_data = None;
+    let labels = next.metadata.labels.get_or_insert_with(BTreeMap::new);
+    labels.remove(label::MANAGER_NAMESPACE);
+    labels.extend(owner_labels(manager));
+    let mut owners: Vec<OwnerReference> = next
+        .metadata
+        .owner_references
+        .take()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|o| !is_cheiron_owner(o))
+        .collect();
+    owners.push(owner.clone());
+    next.metadata.owner_references = Some(owners);
+    next.metadata.managed_fields = None;
+    next
+}
+
+/// The oldest manager in `claimants` (sorted oldest first) that wants `name` in `namespace`.
+fn winner<'a>(
+    claimants: &'a [Manager],
+    namespace: &NamespaceMeta,
+    name: &str,
+) -> Option<&'a Manager> {
+    claimants.iter().find(|m| {
+        m.secret_names().iter().any(|n| n == name)
+            && m.scope.contains(namespace)
+            && !namespace_opted_out(namespace)
+    })
+}
+
+/// Plans one reconcile of `manager`.
+///
+/// - `namespaces`: every live (not terminating) namespace;
+/// - `claimants`: every live manager, this one included, oldest first;
+/// - `existing`: every Secret carrying cheiron's managed-by label.
+pub fn plan(
+    manager: &Manager,
+    owner: &OwnerReference,
+    desired: &[DesiredSecret],
+    namespaces: &[NamespaceMeta],
+    claimants: &[Manager],
+    existing: &[Arc<Secret>],
+) -> Plan {
+    let me = &manager.id;
+    let targets = targets(manager, namespaces);
+    let target_set: HashSet<&str> = targets.iter().map(String::as_str).collect();
+    let by_key: HashMap<(&str, &str), &Arc<Secret>> = existing
+        .iter()
+        .filter_map(|s| {
+            Some((
+                (
+                    s.metadata.namespace.as_deref()?,
+                    s.metadata.name.as_deref()?,
+                ),
+                s,
+            ))
+        })
+        .collect();
+    let mut out = Plan::default();
+    for namespace in namespaces
+        .iter()
+        .filter(|ns| target_set.contains(ns.name.as_str()))
+    {
+        let ns = namespace.name.as_str();
+        for wanted in desired {
+            match winner(claimants, namespace, &wanted.name) {
+                Some(w) if w.id != *me => {
+                    out.lost.push(Lost {
+                        namespace: ns.to_owned(),
+                        name: wanted.name.clone(),
+                        winner: w.id.clone(),
+                    });
+                    continue;
+                }
+                _ => {}
+            }
+            let Some(content) = &wanted.content else {
+                out.held.push((ns.to_owned(), wanted.name.clone()));
+                continue;
+            };
+            match by_key.get(&(ns, wanted.name.as_str())) {
+                None => out
+                    .creates
+                    .push(secret(ns, &wanted.name, content, me, owner)),
+                Some(current) if up_to_date(current, content, me, owner) => out.unchanged += 1,
+                Some(current) => out.updates.push(updated(current, content, me, owner)),
+            }
+        }
+    }
+    let wanted_names: HashSet<&str> = desired.iter().map(|d| d.name.as_str()).collect();
+    for s in existing {
+        if labelled_owner(s).as_ref() != Some(me) {
+            continue;
+        }
+        let (Some(ns), Some(name)) = (s.metadata.namespace.as_deref(), s.metadata.name.as_deref())
+        else {
+            continue;
+        };
+        let namespace_left = !target_set.contains(ns);
+        if namespace_left || !wanted_names.contains(name) {
+            out.deletes.push(Stale {
+                namespace: ns.to_owned(),
+                name: name.to_owned(),
+                uid: s.metadata.uid.clone(),
+                resource_version: s.metadata.resource_version.clone(),
+                namespace_left,
+            });
+        }
+    }
+    out.targets = targets;
+    out
+}
+
+#[cfg(test)]
+mod tests;

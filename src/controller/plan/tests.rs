@@ -1,0 +1,293 @@
+use super::*;
+use crate::api::{ClusterImagePullSecretManager, ImagePullSecretManager};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn cluster(name: &str, created: &str, extra: &str) -> Result<Manager, Box<dyn std::error::Error>> {
+    let m: ClusterImagePullSecretManager = serde_yaml::from_str(&format!(
+        "apiVersion: cheiron.anny.co/v1alpha1\nkind: ClusterImagePullSecretManager\nmetadata: {{name: {name}, creationTimestamp: \"{created}\"}}\nspec:\n  secrets: [{{existingSecretRef: {{name: pull, namespace: src}}}}]\n{extra}"
+    ))?;
+    Ok(Manager::from_cluster(&m)?)
+}
+
+fn owner(uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: "cheiron.anny.co/v1alpha1".into(),
+        kind: "ClusterImagePullSecretManager".into(),
+        name: "x".into(),
+        uid: uid.into(),
+        ..OwnerReference::default()
+    }
+}
+
+fn want(name: &str, content: Option<&[u8]>) -> DesiredSecret {
+    DesiredSecret {
+        name: name.into(),
+        content: content.map(<[u8]>::to_vec),
+    }
+}
+
+fn ns(names: &[&str]) -> Vec<NamespaceMeta> {
+    names.iter().map(|n| NamespaceMeta::named(*n)).collect()
+}
+
+fn names(secrets: &[Secret]) -> Vec<String> {
+    secrets
+        .iter()
+        .map(|s| {
+            format!(
+                "{}/{}",
+                s.metadata.namespace.as_deref().unwrap_or(""),
+                s.metadata.name.as_deref().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn creates_the_secret_in_every_target_namespace_with_labels_and_owner() -> TestResult {
+    let m = cluster("a", "2026-01-01T00:00:00Z", "  excludeNamespaces: [skip]\n")?;
+    let mut namespaces = ns(&["one", "two", "skip", "kube-system"]);
+    namespaces.push(NamespaceMeta {
+        name: "opted".into(),
+        labels: BTreeMap::from([("cheiron.anny.co/ignore".into(), "true".into())]),
+        ..NamespaceMeta::default()
+    });
+    let p = plan(
+        &m,
+        &owner("u1"),
+        &[want("pull", Some(b"{}"))],
+        &namespaces,
+        std::slice::from_ref(&m),
+        &[],
+    );
+    assert_eq!(p.targets, ["one", "two"]);
+    assert_eq!(names(&p.creates), ["one/pull", "two/pull"]);
+    let s = &p.creates[0];
+    assert_eq!(s.type_.as_deref(), Some("kubernetes.io/dockerconfigjson"));
+    let labels = s.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels
+            .get("app.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("cheiron")
+    );
+    assert_eq!(
+        labels
+            .get("cheiron.anny.co/manager-name")
+            .map(String::as_str),
+        Some("a")
+    );
+    assert_eq!(
+        s.metadata
+            .owner_references
+            .as_ref()
+            .map(|o| o[0].uid.as_str()),
+        Some("u1")
+    );
+    Ok(())
+}
+
+#[test]
+fn up_to_date_copies_are_not_written_again() -> TestResult {
+    let m = cluster("a", "2026-01-01T00:00:00Z", "")?;
+    let current = Arc::new(secret("one", "pull", b"v1", &m.id, &owner("u1")));
+    let p = plan(
+        &m,
+        &owner("u1"),
+        &[want("pull", Some(b"v1"))],
+        &ns(&["one"]),
+        std::slice::from_ref(&m),
+        &[current],
+    );
+    assert!(p.creates.is_empty() && p.updates.is_empty() && p.deletes.is_empty());
+    assert_eq!(p.unchanged, 1);
+    Ok(())
+}
+
+#[test]
+fn rotated_content_updates_the_copy_and_keeps_what_others_added() -> TestResult {
+    let m = cluster("a", "2026-01-01T00:00:00Z", "")?;
+    let mut current = secret("one", "pull", b"v1", &m.id, &owner("u1"));
+    current.metadata.resource_version = Some("42".into());
+    current
+        .metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert("team".into(), "x".into());
+    let p = plan(
+        &m,
+        &owner("u1"),
+        &[want("pull", Some(b"v2"))],
+        &ns(&["one"]),
+        std::slice::from_ref(&m),
+        &[Arc::new(current)],
+    );
+    assert_eq!(p.updates.len(), 1);
+    let u = &p.updates[0];
+    assert_eq!(
+        u.metadata.resource_version.as_deref(),
+        Some("42"),
+        "precondition kept"
+    );
+    assert_eq!(
+        u.data
+            .as_ref()
+            .and_then(|d| d.get(".dockerconfigjson"))
+            .map(|b| b.0.as_slice()),
+        Some(&b"v2"[..])
+    );
+    assert_eq!(
+        u.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("team"))
+            .map(String::as_str),
+        Some("x")
+    );
+    Ok(())
+}
+
+#[test]
+fn the_older_manager_wins_a_contested_name_and_takes_over_its_copy() -> TestResult {
+    let older = cluster("older", "2026-01-01T00:00:00Z", "")?;
+    let younger = cluster("younger", "2026-06-01T00:00:00Z", "")?;
+    let claimants = [older.clone(), younger.clone()];
+    let copy_of_younger = Arc::new(secret("one", "pull", b"y", &younger.id, &owner("u2")));
+    let p = plan(
+        &younger,
+        &owner("u2"),
+        &[want("pull", Some(b"y"))],
+        &ns(&["one"]),
+        &claimants,
+        std::slice::from_ref(&copy_of_younger),
+    );
+    assert!(p.creates.is_empty() && p.updates.is_empty() && p.deletes.is_empty());
+    assert_eq!(p.lost.len(), 1);
+    assert_eq!(p.lost[0].winner, older.id);
+    let p = plan(
+        &older,
+        &owner("u1"),
+        &[want("pull", Some(b"o"))],
+        &ns(&["one"]),
+        &claimants,
+        &[copy_of_younger],
+    );
+    assert_eq!(names(&p.updates), ["one/pull"]);
+    assert_eq!(
+        p.updates[0]
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("cheiron.anny.co/manager-name"))
+            .map(String::as_str),
+        Some("older")
+    );
+    Ok(())
+}
+
+#[test]
+fn creation_time_decides_not_the_name() -> TestResult {
+    // "a" sorts before "b", but "b" is older: "b" wins.
+    let b_first = cluster("b", "2026-01-01T00:00:00Z", "")?;
+    let a_later = cluster("a", "2026-02-01T00:00:00Z", "")?;
+    let mut claimants = [a_later.clone(), b_first.clone()];
+    claimants.sort_by(|x, y| x.seniority().cmp(&y.seniority()));
+    let p = plan(
+        &a_later,
+        &owner("ua"),
+        &[want("pull", Some(b"a"))],
+        &ns(&["one"]),
+        &claimants,
+        &[],
+    );
+    assert!(p.creates.is_empty());
+    assert_eq!(p.lost.first().map(|l| l.winner.name.as_str()), Some("b"));
+    let p = plan(
+        &b_first,
+        &owner("ub"),
+        &[want("pull", Some(b"b"))],
+        &ns(&["one"]),
+        &claimants,
+        &[],
+    );
+    assert_eq!(names(&p.creates), ["one/pull"]);
+    Ok(())
+}
+
+#[test]
+fn source_problems_hold_copies_as_they_are() -> TestResult {
+    let m = cluster("a", "2026-01-01T00:00:00Z", "")?;
+    let current = Arc::new(secret("one", "pull", b"v1", &m.id, &owner("u1")));
+    let p = plan(
+        &m,
+        &owner("u1"),
+        &[want("pull", None)],
+        &ns(&["one", "two"]),
+        std::slice::from_ref(&m),
+        &[current],
+    );
+    assert!(p.creates.is_empty() && p.updates.is_empty() && p.deletes.is_empty());
+    assert_eq!(p.held.len(), 2);
+    Ok(())
+}
+
+#[test]
+fn copies_in_namespaces_that_left_scope_and_of_removed_entries_are_deleted() -> TestResult {
+    let m = cluster("a", "2026-01-01T00:00:00Z", "  excludeNamespaces: [left]\n")?;
+    let other = cluster("other", "2026-01-01T00:00:00Z", "")?;
+    let existing = vec![
+        Arc::new(secret("left", "pull", b"v", &m.id, &owner("u1"))),
+        Arc::new(secret("stay", "old-entry", b"v", &m.id, &owner("u1"))),
+        Arc::new(secret("stay", "pull", b"v", &m.id, &owner("u1"))),
+        Arc::new(secret("left", "theirs", b"v", &other.id, &owner("u9"))),
+    ];
+    let p = plan(
+        &m,
+        &owner("u1"),
+        &[want("pull", Some(b"v"))],
+        &ns(&["left", "stay"]),
+        std::slice::from_ref(&m),
+        &existing,
+    );
+    let deleted: Vec<(String, String, bool)> = p
+        .deletes
+        .iter()
+        .map(|d| (d.namespace.clone(), d.name.clone(), d.namespace_left))
+        .collect();
+    assert_eq!(
+        deleted,
+        [
+            ("left".into(), "pull".into(), true),
+            ("stay".into(), "old-entry".into(), false)
+        ]
+    );
+    Ok(())
+}
+
+#[test]
+fn namespaced_managers_target_only_their_own_namespace() -> TestResult {
+    let m: ImagePullSecretManager = serde_yaml::from_str(
+        "apiVersion: cheiron.anny.co/v1alpha1\nkind: ImagePullSecretManager\nmetadata: {name: n, namespace: team}\nspec:\n  secrets: [{existingSecretRef: {name: pull}}]\n",
+    )?;
+    let m = Manager::from_namespaced(&m)?;
+    let p = plan(
+        &m,
+        &owner("u"),
+        &[want("pull", Some(b"v"))],
+        &ns(&["team", "other"]),
+        std::slice::from_ref(&m),
+        &[],
+    );
+    assert_eq!(names(&p.creates), ["team/pull"]);
+    assert_eq!(
+        p.creates[0]
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("cheiron.anny.co/manager-namespace"))
+            .map(String::as_str),
+        Some("team")
+    );
+    Ok(())
+}

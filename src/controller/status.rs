@@ -1,0 +1,287 @@
+//! A manager's status, computed from what a reconcile found. Written only when it differs
+//! from the stored one (ignoring the transition time), so a resync writes nothing.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use super::desired::Problem;
+use crate::api::{ManagerStatus, NamespaceFailure};
+
+/// Most per-namespace failures a status lists.
+pub const MAX_FAILURES: usize = 20;
+/// Longest condition message.
+const MAX_MESSAGE: usize = 1024;
+
+/// The condition reasons.
+pub mod reason {
+    /// Every target namespace holds every Secret, up to date.
+    pub const SYNCED: &str = "Synced";
+    /// Synced, but an entry keeps its password inline.
+    pub const INLINE_CREDENTIALS: &str = "InlineCredentials";
+    /// A source Secret does not exist.
+    pub const SOURCE_MISSING: &str = "SourceMissing";
+    /// A source Secret is not a usable docker config.
+    pub const INVALID_SOURCE: &str = "InvalidSource";
+    /// A Secret name is taken by something cheiron does not manage, or by an older manager.
+    pub const CONFLICT: &str = "Conflict";
+    /// Writing to some namespaces failed.
+    pub const SYNC_FAILED: &str = "SyncFailed";
+}
+
+/// What one reconcile found.
+#[derive(Clone, Debug, Default)]
+pub struct Findings {
+    /// `metadata.generation` reconciled.
+    pub generation: Option<i64>,
+    /// Namespaces in scope.
+    pub targets: usize,
+    /// Namespaces fully synced.
+    pub synced: usize,
+    /// Source problems.
+    pub problems: Vec<Problem>,
+    /// Name clashes, as `(namespace, message)`.
+    pub conflicts: Vec<(String, String)>,
+    /// Write failures, as `(namespace, message)`.
+    pub failures: Vec<(String, String)>,
+    /// Entries with inline passwords.
+    pub inline_passwords: Vec<usize>,
+    /// Registries shadowed in a merge.
+    pub shadowed_registries: Vec<String>,
+}
+
+fn truncate(mut message: String) -> String {
+    if message.len() > MAX_MESSAGE {
+        let mut cut = MAX_MESSAGE;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push('…');
+    }
+    message
+}
+
+/// The `Ready` status, reason and message.
+fn ready(f: &Findings) -> (&'static str, &'static str, String) {
+    let counts = format!("{}/{} namespaces synced", f.synced, f.targets);
+    let first = |list: &[(String, String)]| {
+        list.first()
+            .map(|(ns, m)| format!("{ns}: {m}"))
+            .unwrap_or_default()
+    };
+    let invalid: Vec<String> = f
+        .problems
+        .iter()
+        .filter(|p| matches!(p, Problem::InvalidSource { .. }))
+        .map(Problem::message)
+        .collect();
+    let missing: Vec<String> = f
+        .problems
+        .iter()
+        .filter(|p| matches!(p, Problem::SourceMissing { .. }))
+        .map(Problem::message)
+        .collect();
+    if !invalid.is_empty() {
+        return (
+            "False",
+            reason::INVALID_SOURCE,
+            format!("{}; {counts}", invalid.join("; ")),
+        );
+    }
+    if !missing.is_empty() {
+        return (
+            "False",
+            reason::SOURCE_MISSING,
+            format!("{}; {counts}", missing.join("; ")),
+        );
+    }
+    if !f.conflicts.is_empty() {
+        let more = f.conflicts.len() - 1;
+        let tail = if more > 0 {
+            format!(" (and {more} more)")
+        } else {
+            String::new()
+        };
+        return (
+            "False",
+            reason::CONFLICT,
+            format!("{}{tail}; {counts}", first(&f.conflicts)),
+        );
+    }
+    if !f.failures.is_empty() {
+        let more = f.failures.len() - 1;
+        let tail = if more > 0 {
+            format!(" (and {more} more)")
+        } else {
+            String::new()
+        };
+        return (
+            "False",
+            reason::SYNC_FAILED,
+            format!("{}{tail}; {counts}", first(&f.failures)),
+        );
+    }
+    let mut message = counts;
+    if !f.shadowed_registries.is_empty() {
+        message.push_str(&format!(
+            "; mergeInto: registries present in several entries, the earlier entry wins: {}",
+            f.shadowed_registries.join(", ")
+        ));
+    }
+    if !f.inline_passwords.is_empty() {
+        let entries: Vec<String> = f
+            .inline_passwords
+            .iter()
+            .map(|i| format!("spec.secrets[{i}]"))
+            .collect();
+        message.push_str(&format!(
+            "; {} keep the password inline in the manager: prefer passwordSecretRef",
+            entries.join(", ")
+        ));
+        return ("True", reason::INLINE_CREDENTIALS, message);
+    }
+    ("True", reason::SYNCED, message)
+}
+
+/// The status for `findings`, keeping `previous`'s transition time when the condition did
+/// not change.
+pub fn status(findings: &Findings, previous: Option<&ManagerStatus>, now: Time) -> ManagerStatus {
+    let (state, why, message) = ready(findings);
+    let message = truncate(message);
+    let old = previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == "Ready"));
+    let last_transition_time = match old {
+        Some(c) if c.status == state && c.reason == why && c.message == message => {
+            c.last_transition_time.clone()
+        }
+        _ => now,
+    };
+    let failures = findings
+        .conflicts
+        .iter()
+        .chain(&findings.failures)
+        .take(MAX_FAILURES)
+        .map(|(namespace, message)| NamespaceFailure {
+            namespace: namespace.clone(),
+            message: truncate(message.clone()),
+        })
+        .collect();
+    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    ManagerStatus {
+        observed_generation: findings.generation,
+        conditions: vec![Condition {
+            type_: "Ready".to_owned(),
+            status: state.to_owned(),
+            reason: why.to_owned(),
+            message,
+            observed_generation: findings.generation,
+            last_transition_time,
+        }],
+        target_namespaces: Some(count(findings.targets)),
+        synced_namespaces: Some(count(findings.synced)),
+        namespaces: Some(format!("{}/{}", findings.synced, findings.targets)),
+        failures,
+    }
+}
+
+/// The `Ready` reason of a status, if any.
+pub fn ready_reason(status: Option<&ManagerStatus>) -> Option<&str> {
+    status?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.reason.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn time(s: &str) -> Result<Time, serde_json::Error> {
+        serde_json::from_value(serde_json::Value::from(s))
+    }
+
+    #[test]
+    fn synced_manager_is_ready_with_counts() -> Result<(), serde_json::Error> {
+        let f = Findings {
+            generation: Some(3),
+            targets: 4,
+            synced: 4,
+            ..Findings::default()
+        };
+        let s = status(&f, None, time("2026-01-01T00:00:00Z")?);
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(s.namespaces.as_deref(), Some("4/4"));
+        assert_eq!(s.conditions[0].status, "True");
+        assert_eq!(s.conditions[0].reason, reason::SYNCED);
+        Ok(())
+    }
+
+    #[test]
+    fn an_unchanged_status_compares_equal_so_nothing_is_written() -> Result<(), serde_json::Error> {
+        let f = Findings {
+            targets: 2,
+            synced: 2,
+            ..Findings::default()
+        };
+        let first = status(&f, None, time("2026-01-01T00:00:00Z")?);
+        let again = status(&f, Some(&first), time("2026-01-02T00:00:00Z")?);
+        assert_eq!(first, again);
+        let changed = status(
+            &Findings {
+                synced: 1,
+                ..f.clone()
+            },
+            Some(&first),
+            time("2026-01-02T00:00:00Z")?,
+        );
+        assert_ne!(first, changed);
+        Ok(())
+    }
+
+    #[test]
+    fn reasons_follow_severity_and_failures_are_bounded() -> Result<(), serde_json::Error> {
+        let conflicts: Vec<(String, String)> = (0..30)
+            .map(|i| (format!("ns{i}"), "taken".to_owned()))
+            .collect();
+        let f = Findings {
+            targets: 30,
+            conflicts,
+            inline_passwords: vec![0],
+            ..Findings::default()
+        };
+        let s = status(&f, None, time("2026-01-01T00:00:00Z")?);
+        assert_eq!(s.conditions[0].reason, reason::CONFLICT);
+        assert!(s.conditions[0].message.contains("and 29 more"));
+        assert_eq!(s.failures.len(), MAX_FAILURES);
+        let missing = Findings {
+            problems: vec![Problem::SourceMissing {
+                entry: 0,
+                source: "a/b".into(),
+            }],
+            ..f
+        };
+        let s = status(&missing, None, time("2026-01-01T00:00:00Z")?);
+        assert_eq!(
+            (
+                s.conditions[0].status.as_str(),
+                s.conditions[0].reason.as_str()
+            ),
+            ("False", reason::SOURCE_MISSING)
+        );
+        let inline = Findings {
+            targets: 1,
+            synced: 1,
+            inline_passwords: vec![1],
+            ..Findings::default()
+        };
+        let s = status(&inline, None, time("2026-01-01T00:00:00Z")?);
+        assert_eq!(
+            (
+                s.conditions[0].status.as_str(),
+                s.conditions[0].reason.as_str()
+            ),
+            ("True", reason::INLINE_CREDENTIALS)
+        );
+        assert!(s.conditions[0].message.contains("spec.secrets[1]"));
+        Ok(())
+    }
+}
