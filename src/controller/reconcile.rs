@@ -3,7 +3,7 @@
 //! are made by the pure modules; this file only reads and writes.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -351,30 +351,25 @@ async fn delete_secret(ctx: &Context, stale: &Stale) -> Result<(), String> {
     }
 }
 
-/// Removes what `manager` put in namespaces and names it no longer targets: ServiceAccount
-/// entries first, then the Secrets, so an interrupted cleanup is retried from the Secrets left.
-async fn remove_stale(
+/// Removes what `manager` put where it no longer belongs: first the ServiceAccount entries of
+/// `names` in each namespace (those cheiron added and no manager of `others` still wants),
+/// then the `stale` Secrets, so an interrupted cleanup is retried from the Secrets left. A
+/// Secret is kept while its namespace's ServiceAccounts could not be cleaned.
+async fn remove(
     ctx: &Context,
     manager: &ManagerId,
+    names: &BTreeMap<String, Vec<String>>,
     stale: &[Stale],
     others: &[Manager],
 ) -> Vec<(String, String)> {
     let mut failures = Vec::new();
-    let mut by_namespace: HashMap<&str, Vec<String>> = HashMap::new();
-    for s in stale {
-        by_namespace
-            .entry(&s.namespace)
-            .or_default()
-            .push(s.name.clone());
-    }
-    for (namespace, names) in &by_namespace {
+    for (namespace, names) in names {
         let meta = ctx
             .namespace(namespace)
-            .unwrap_or_else(|| NamespaceMeta::named(*namespace));
+            .unwrap_or_else(|| NamespaceMeta::named(namespace.as_str()));
         failures.extend(remove_entries(ctx, &meta, names, others).await);
     }
     for s in stale {
-        // Never delete a Secret whose ServiceAccount entries could not be removed.
         if failures.iter().any(|(ns, _)| *ns == s.namespace) {
             continue;
         }
@@ -441,7 +436,14 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         failures.extend(backfill(ctx, &compiled, &targets).await);
     }
     let others: Vec<Manager> = claimants.iter().filter(|m| m.id != id).cloned().collect();
-    failures.extend(remove_stale(ctx, &id, &plan.deletes, &others).await);
+    let mut names: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for s in &plan.deletes {
+        names
+            .entry(s.namespace.clone())
+            .or_default()
+            .push(s.name.clone());
+    }
+    failures.extend(remove(ctx, &id, &names, &plan.deletes, &others).await);
 
     let troubled: BTreeSet<&str> = conflicts
         .iter()
@@ -548,13 +550,10 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
     if let Ok(m) = manager.compile() {
         namespaces.extend(plan::targets(&m, &ctx.live_namespaces()));
     }
-    let mut failures = Vec::new();
-    for namespace in &namespaces {
-        let meta = ctx
-            .namespace(namespace)
-            .unwrap_or_else(|| NamespaceMeta::named(namespace.as_str()));
-        failures.extend(remove_entries(ctx, &meta, &names, &others).await);
-    }
+    let names: BTreeMap<String, Vec<String>> = namespaces
+        .into_iter()
+        .map(|ns| (ns, names.clone()))
+        .collect();
     let stale: Vec<Stale> = mine
         .iter()
         .map(|s| Stale {
@@ -565,14 +564,7 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
             namespace_left: true,
         })
         .collect();
-    for s in &stale {
-        if failures.iter().any(|(ns, _)| *ns == s.namespace) {
-            continue;
-        }
-        if let Err(message) = delete_secret(ctx, s).await {
-            failures.push((s.namespace.clone(), message));
-        }
-    }
+    let failures = remove(ctx, &id, &names, &stale, &others).await;
     if let Some((namespace, message)) = failures.first() {
         return Err(ControllerError::Cleanup(format!("{namespace}: {message}")));
     }

@@ -94,31 +94,19 @@ fn ready(f: &Findings) -> (&'static str, &'static str, String) {
             format!("{}; {counts}", missing.join("; ")),
         );
     }
-    if !f.conflicts.is_empty() {
-        let more = f.conflicts.len() - 1;
-        let tail = if more > 0 {
-            format!(" (and {more} more)")
-        } else {
-            String::new()
-        };
-        return (
-            "False",
-            reason::CONFLICT,
-            format!("{}{tail}; {counts}", first(&f.conflicts)),
-        );
-    }
-    if !f.failures.is_empty() {
-        let more = f.failures.len() - 1;
-        let tail = if more > 0 {
-            format!(" (and {more} more)")
-        } else {
-            String::new()
-        };
-        return (
-            "False",
-            reason::SYNC_FAILED,
-            format!("{}{tail}; {counts}", first(&f.failures)),
-        );
+    for (list, why) in [
+        (&f.conflicts, reason::CONFLICT),
+        (&f.failures, reason::SYNC_FAILED),
+    ] {
+        if !list.is_empty() {
+            let more = list.len() - 1;
+            let tail = if more > 0 {
+                format!(" (and {more} more)")
+            } else {
+                String::new()
+            };
+            return ("False", why, format!("{}{tail}; {counts}", first(list)));
+        }
     }
     let mut message = counts;
     if !f.shadowed_registries.is_empty() {

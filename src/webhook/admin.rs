@@ -48,6 +48,14 @@ impl AdminState {
         self
     }
 
+    pub(super) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub(super) fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
     /// `/metrics` reports this resolver's certificate expiry.
     pub fn with_certificate(mut self, certificate: Arc<CertResolver>) -> Self {
         self.certificate = Some(certificate);

@@ -74,49 +74,49 @@ pub enum WebhookError {
     },
 }
 
-/// What the handlers of both routers share.
+/// What the handlers of both routers share: the source, and the admin state (readiness from
+/// the same source, metrics, shutdown, certificate).
 #[derive(Clone)]
 pub struct WebhookState {
     source: Arc<dyn Source>,
-    metrics: Arc<Metrics>,
-    shutdown: CancellationToken,
-    certificate: Option<Arc<CertResolver>>,
+    admin: AdminState,
 }
 
 impl WebhookState {
     /// State answering from `source` and recording into `metrics`, never shutting down and
     /// without a certificate to report.
     pub fn new(source: Arc<dyn Source>, metrics: Arc<Metrics>) -> Self {
+        let ready: Arc<dyn crate::source::Readiness> = source.clone();
         Self {
             source,
-            metrics,
-            shutdown: CancellationToken::new(),
-            certificate: None,
+            admin: AdminState::new(ready, metrics),
         }
     }
 
     /// Once `shutdown` is cancelled, `/readyz` answers 503 and HTTP/1 responses carry
     /// `Connection: close`.
     pub fn with_shutdown(mut self, shutdown: CancellationToken) -> Self {
-        self.shutdown = shutdown;
+        self.admin = self.admin.with_shutdown(shutdown);
+        self
+    }
+
+    /// `/metrics` reports this resolver's certificate expiry.
+    pub fn with_certificate(mut self, certificate: Arc<CertResolver>) -> Self {
+        self.admin = self.admin.with_certificate(certificate);
         self
     }
 
     /// The state of the admin router serving alongside this webhook.
     pub fn admin(&self) -> AdminState {
-        let ready: Arc<dyn crate::source::Readiness> = self.source.clone();
-        let admin =
-            AdminState::new(ready, self.metrics.clone()).with_shutdown(self.shutdown.clone());
-        match &self.certificate {
-            Some(certificate) => admin.with_certificate(certificate.clone()),
-            None => admin,
-        }
+        self.admin.clone()
     }
 
-    /// `/metrics` reports this resolver's certificate expiry.
-    pub fn with_certificate(mut self, certificate: Arc<CertResolver>) -> Self {
-        self.certificate = Some(certificate);
-        self
+    fn metrics(&self) -> &Metrics {
+        self.admin.metrics()
+    }
+
+    fn shutdown(&self) -> &CancellationToken {
+        self.admin.shutdown()
     }
 }
 

@@ -38,7 +38,7 @@ pub fn router(state: WebhookState) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
         .layer(middleware::from_fn_with_state(
-            state.shutdown.clone(),
+            state.shutdown().clone(),
             close_when_shutting_down,
         ))
         .with_state(state)
@@ -51,7 +51,7 @@ async fn mutate(
     let started = Instant::now();
     let result = answer(&state, request, started).await;
     if let Err(error) = &result {
-        state.metrics.admission.record_invalid(error.reason());
+        state.metrics().admission.record_invalid(error.reason());
         tracing::debug!(reason = error.reason(), status = %error.status(), "admission request refused");
     }
     result
@@ -86,7 +86,7 @@ async fn answer(
         },
     };
     let encoded = encode_review(&admission.review).map_err(RequestError::EncodeReview)?;
-    state.metrics.admission.record(
+    state.metrics().admission.record(
         &admission.resource,
         admission.operation,
         admission.outcome,
@@ -214,7 +214,7 @@ mod tests {
         let (status, body) = post(state.clone(), "\u{0}garbage").await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert!(body.starts_with("body is not JSON"), "{body}");
-        let metrics = state.metrics.encode().unwrap();
+        let metrics = state.metrics().encode().unwrap();
         assert!(
             metrics.contains(r#"cheiron_admission_invalid_requests_total{reason="not_json"} 1"#),
             "{metrics}"
