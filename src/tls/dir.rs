@@ -1,8 +1,11 @@
-//! `--tls-cert-dir`: `tls.crt` and `tls.key`, re-read periodically.
+//! `--tls-cert-dir`: `tls.crt` and `tls.key`, re-read when the directory changes and
+//! periodically.
 //!
 //! A Kubernetes Secret volume updates by swapping its `..data` symlink, which inotify on the
-//! files themselves does not see; so the pair is simply read again through its paths every
-//! [`RELOAD_PERIOD`] and compared byte for byte with the last pair seen.
+//! files themselves does not see; so the directory itself is watched, and any change in it
+//! triggers a re-read of the pair through its paths, compared byte for byte with the last
+//! pair seen. Watching can fail (inotify limits, filesystems without notifications), so the
+//! pair is also re-read every [`RELOAD_PERIOD`] whatever happens.
 
 use std::{
     fmt,
@@ -11,7 +14,11 @@ use std::{
     time::Duration,
 };
 
-use tokio::time::MissedTickBehavior;
+use notify::{
+    EventKind, RecommendedWatcher, RecursiveMode, Watcher,
+    event::{AccessKind, AccessMode},
+};
+use tokio::{sync::Notify, time::MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::{CertResolver, ServingKey, TlsError};
@@ -20,8 +27,13 @@ use super::{CertResolver, ServingKey, TlsError};
 pub const CERT_FILE: &str = "tls.crt";
 /// The private key file in `--tls-cert-dir` (the `kubernetes.io/tls` Secret key).
 pub const KEY_FILE: &str = "tls.key";
-/// How often `--tls-cert-dir` is re-read.
+/// How often `--tls-cert-dir` is re-read even when no change was noticed.
 pub const RELOAD_PERIOD: Duration = Duration::from_secs(2);
+/// How long to let an update of the directory finish after the first change is noticed
+/// before reading it: a Secret volume update is a new directory, a symlink and a rename, and
+/// an in-place rotation writes two files. Reading in between could see half of it (rejected,
+/// and read again on the next change, but logged as a bad pair).
+pub const WATCH_SETTLE: Duration = Duration::from_millis(50);
 
 /// The contents of `tls.crt` and `tls.key`. Its `Debug` never shows the key.
 #[derive(Clone, PartialEq, Eq)]
@@ -139,17 +151,28 @@ impl Reloader {
         }
     }
 
-    /// Checks every `period` until `shutdown` is cancelled, logging each swap and each
-    /// rejected or unreadable pair (once, until the files change or become readable again).
+    /// Checks whenever the directory changes (after [`WATCH_SETTLE`]) and every `period`,
+    /// until `shutdown` is cancelled, logging each swap and each rejected or unreadable pair
+    /// (once, until the files change or become readable again). If the directory cannot be
+    /// watched, that is logged and the periodic check carries on alone.
     pub async fn run(mut self, period: Duration, shutdown: CancellationToken) {
+        let dir = self.dir.path().display().to_string();
+        let changed = Arc::new(Notify::new());
+        // Dropping the watcher stops it; it lives as long as this loop.
+        let _watcher = watch(self.dir.path(), Arc::clone(&changed), period);
         let mut ticks = tokio::time::interval(period);
         ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut unreadable = false;
-        let dir = self.dir.path().display().to_string();
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 _ = ticks.tick() => {}
+                () = changed.notified() => {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = tokio::time::sleep(WATCH_SETTLE) => {}
+                    }
+                }
             }
             match self.check().await {
                 Reload::Unchanged => unreadable = false,
@@ -169,6 +192,46 @@ impl Reloader {
                 }
             }
         }
+    }
+}
+
+/// Watches `dir` itself, not the files in it (kubelet swaps the `..data` symlink, which a
+/// watch on `tls.crt` never sees), and wakes `changed` on every event that may have changed
+/// the pair. `None`, logged, if the directory cannot be watched.
+fn watch(dir: &Path, changed: Arc<Notify>, period: Duration) -> Option<RecommendedWatcher> {
+    let handler = move |event: notify::Result<notify::Event>| match event {
+        Ok(event) if !may_change_files(&event.kind) => {}
+        Ok(_) => changed.notify_one(),
+        Err(error) => {
+            // Events may have been lost (queue overflow): read again to be sure.
+            tracing::debug!(%error, "certificate directory watch error");
+            changed.notify_one();
+        }
+    };
+    let watching = notify::recommended_watcher(handler).and_then(|mut watcher| {
+        watcher.watch(dir, RecursiveMode::NonRecursive)?;
+        Ok(watcher)
+    });
+    let shown = dir.display();
+    match watching {
+        Ok(watcher) => {
+            tracing::debug!(dir = %shown, "watching the certificate directory");
+            Some(watcher)
+        }
+        Err(error) => {
+            tracing::warn!(dir = %shown, %error, ?period, "cannot watch the certificate directory; re-reading it periodically only");
+            None
+        }
+    }
+}
+
+/// Everything but reads: opening and closing a file without writing it (as reading the pair
+/// does) must not trigger another read.
+fn may_change_files(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
     }
 }
 
@@ -264,37 +327,166 @@ mod tests {
         assert_eq!(served_der(&resolver), before);
     }
 
-    /// The layout kubelet gives a Secret volume: `tls.crt -> ..data/tls.crt`,
-    /// `..data -> ..<timestamp>`, updated by atomically renaming a new `..data` symlink.
+    /// Lays `pair` out as kubelet does a Secret volume: `..<timestamp>/tls.{crt,key}`,
+    /// `..data -> ..<timestamp>`, `tls.crt -> ..data/tls.crt`, `tls.key -> ..data/tls.key`.
     #[cfg(unix)]
-    #[tokio::test]
-    async fn secret_volume_data_symlink_swap_is_picked_up() {
+    fn secret_volume(root: &Path, pair: &PemPair) {
         use std::os::unix::fs::symlink;
 
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path();
         let first = root.join("..2025_01_01_00_00_00.000000001");
         fs::create_dir(&first).unwrap();
-        write_pair(&first, &generated_pair());
+        write_pair(&first, pair);
         symlink(first.file_name().unwrap(), root.join("..data")).unwrap();
         symlink("..data/tls.crt", root.join(CERT_FILE)).unwrap();
         symlink("..data/tls.key", root.join(KEY_FILE)).unwrap();
+    }
+
+    /// Updates a Secret volume as kubelet does: a new timestamped directory, a `..data_tmp`
+    /// symlink to it renamed over `..data` (atomic), the old directory removed.
+    #[cfg(unix)]
+    fn swap_secret_volume(root: &Path, timestamp: &str, pair: &PemPair) {
+        use std::os::unix::fs::symlink;
+
+        let old = fs::read_link(root.join("..data")).unwrap();
+        let new = root.join(format!("..{timestamp}"));
+        fs::create_dir(&new).unwrap();
+        write_pair(&new, pair);
+        symlink(new.file_name().unwrap(), root.join("..data_tmp")).unwrap();
+        fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+        fs::remove_dir_all(root.join(old)).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn secret_volume_data_symlink_swap_is_picked_up() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        secret_volume(root, &generated_pair());
         let (resolver, mut reloader) = CertDir::new(root).load().await.unwrap();
         let before = served_der(&resolver);
 
-        let second = root.join("..2025_02_01_00_00_00.000000002");
-        fs::create_dir(&second).unwrap();
         let rotated = generated_pair();
-        write_pair(&second, &rotated);
-        symlink(second.file_name().unwrap(), root.join("..data_tmp")).unwrap();
-        fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
-        fs::remove_dir_all(&first).unwrap();
+        swap_secret_volume(root, "2025_02_01_00_00_00.000000002", &rotated);
 
         assert!(matches!(reloader.check().await, Reload::Swapped { .. }));
         let after = served_der(&resolver);
         assert_ne!(after, before);
         let expected = ServingKey::from_pem(&rotated).unwrap();
         assert_eq!(after, expected.end_entity().unwrap().as_ref());
+    }
+
+    /// Runs the reloader with a period no test waits for, so only the directory watch can
+    /// pick up a change, and returns what it serves once it differs from `before`.
+    async fn served_after_change(
+        resolver: &CertResolver,
+        before: &[u8],
+        change: impl FnOnce(),
+    ) -> Option<Vec<u8>> {
+        let started = tokio::time::Instant::now();
+        change();
+        while started.elapsed() < Duration::from_secs(5) {
+            let now = served_der(resolver);
+            if now != before {
+                return Some(now);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        None
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn directory_watch_serves_a_data_symlink_swap_without_waiting_for_the_period() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_owned();
+        secret_volume(&root, &generated_pair());
+        let (resolver, reloader) = CertDir::new(&root).load().await.unwrap();
+        let before = served_der(&resolver);
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(reloader.run(Duration::from_secs(3600), stop.clone()));
+        // The first periodic check runs at once; let it pass and the watch be set up.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+
+        let rotated = generated_pair();
+        let served = served_after_change(&resolver, &before, || {
+            swap_secret_volume(&root, "2025_02_01_00_00_00.000000002", &rotated);
+        })
+        .await;
+
+        let expected = ServingKey::from_pem(&rotated).unwrap();
+        assert_eq!(
+            served.as_deref(),
+            Some(expected.end_entity().unwrap().as_ref())
+        );
+        stop.cancel();
+        running.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn directory_watch_serves_files_rewritten_in_place() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_owned();
+        write_pair(&root, &generated_pair());
+        let (resolver, reloader) = CertDir::new(&root).load().await.unwrap();
+        let before = served_der(&resolver);
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(reloader.run(Duration::from_secs(3600), stop.clone()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+
+        let rotated = generated_pair();
+        let served = served_after_change(&resolver, &before, || write_pair(&root, &rotated)).await;
+
+        let expected = ServingKey::from_pem(&rotated).unwrap();
+        assert_eq!(
+            served.as_deref(),
+            Some(expected.end_entity().unwrap().as_ref())
+        );
+        stop.cancel();
+        running.await.unwrap();
+    }
+
+    #[test]
+    fn reading_the_pair_is_not_a_change_but_writing_or_renaming_is() {
+        use notify::event::{CreateKind, ModifyKind, RemoveKind, RenameMode};
+
+        assert!(!may_change_files(&EventKind::Access(AccessKind::Open(
+            AccessMode::Any
+        ))));
+        assert!(!may_change_files(&EventKind::Access(AccessKind::Close(
+            AccessMode::Read
+        ))));
+        assert!(may_change_files(&EventKind::Access(AccessKind::Close(
+            AccessMode::Write
+        ))));
+        assert!(may_change_files(&EventKind::Create(CreateKind::Any)));
+        assert!(may_change_files(&EventKind::Modify(ModifyKind::Name(
+            RenameMode::To
+        ))));
+        assert!(may_change_files(&EventKind::Remove(RemoveKind::Any)));
+    }
+
+    #[tokio::test]
+    async fn reading_the_pair_does_not_wake_the_watch_but_writing_it_does() {
+        let tmp = tempfile::tempdir().unwrap();
+        write_pair(tmp.path(), &generated_pair());
+        let changed = Arc::new(Notify::new());
+        let _watcher = watch(tmp.path(), Arc::clone(&changed), RELOAD_PERIOD).unwrap();
+        let woken = || tokio::time::timeout(Duration::from_millis(300), changed.notified());
+
+        // What every check does; if it woke the watch, checks would feed themselves.
+        CertDir::new(tmp.path()).read().await.unwrap();
+        assert!(woken().await.is_err(), "a read woke the watch");
+
+        write_pair(tmp.path(), &generated_pair());
+        assert!(woken().await.is_ok(), "a write did not wake the watch");
+    }
+
+    #[test]
+    fn a_directory_that_cannot_be_watched_leaves_periodic_rereading() {
+        let tmp = tempfile::tempdir().unwrap();
+        let missing = tmp.path().join("missing");
+        assert!(watch(&missing, Arc::new(Notify::new()), RELOAD_PERIOD).is_none());
+        assert!(watch(tmp.path(), Arc::new(Notify::new()), RELOAD_PERIOD).is_some());
     }
 
     #[test]

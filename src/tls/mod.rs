@@ -1,9 +1,10 @@
 //! The webhook's serving certificate: a rustls [`ResolvesServerCert`] whose key sits behind an
 //! `ArcSwap`, so that rotating the certificate is one atomic swap and never drops a connection.
 //!
-//! The certificate comes either from `--tls-cert-dir` (`tls.crt` + `tls.key`, re-read
-//! periodically so that a rotated Secret volume takes effect without a restart) or from
-//! `--self-signed` (generated in memory for `localhost`, `127.0.0.1` and `::1`).
+//! The certificate comes either from `--tls-cert-dir` (`tls.crt` + `tls.key`, re-read as soon
+//! as the directory changes, and periodically as a fallback, so that a rotated Secret volume
+//! takes effect without a restart) or from `--self-signed` (generated in memory for
+//! `localhost`, `127.0.0.1` and `::1`).
 //!
 //! [`ResolvesServerCert`]: rustls::server::ResolvesServerCert
 
@@ -15,7 +16,9 @@ use std::{path::PathBuf, sync::Arc};
 
 use rustls::{ServerConfig, crypto::ring};
 
-pub use dir::{CERT_FILE, CertDir, KEY_FILE, PemPair, RELOAD_PERIOD, Reload, Reloader};
+pub use dir::{
+    CERT_FILE, CertDir, KEY_FILE, PemPair, RELOAD_PERIOD, Reload, Reloader, WATCH_SETTLE,
+};
 pub use key::ServingKey;
 pub use resolver::CertResolver;
 

@@ -142,7 +142,8 @@ async fn close_when_shutting_down(
 }
 
 /// Runs the webhook until `shutdown` is cancelled and connections have drained: loads or
-/// generates the certificate (and reloads it from `--tls-cert-dir` every [`RELOAD_PERIOD`]),
+/// generates the certificate (and reloads it from `--tls-cert-dir` when the directory changes, re-reading every
+/// [`RELOAD_PERIOD`] as a fallback),
 /// binds both addresses and [`serve`]s.
 pub async fn run(
     options: WebhookOptions,
