@@ -24,8 +24,9 @@ pub struct ManagerStatus {
     /// `synced/target`, for `kubectl get`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespaces: Option<String>,
+    // Always written, even empty, so that a merge patch of the status clears old entries.
     /// A bounded list of namespaces that could not be synced, with the reason.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub failures: Vec<NamespaceFailure>,
 }
 

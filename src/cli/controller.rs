@@ -17,14 +17,24 @@ use crate::{
 #[derive(Args, Debug, Clone)]
 pub struct ControllerArgs {
     /// Run the controller only while holding the Lease (default; safe with several replicas).
+    /// `CHEIRON_LEADER_ELECTION=false` turns it off like --no-leader-election.
     #[arg(
         long,
         overrides_with = "no_leader_election",
-        env = "CHEIRON_LEADER_ELECTION"
+        env = "CHEIRON_LEADER_ELECTION",
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_value_t = true,
+        default_missing_value = "true",
+        value_name = "BOOL"
     )]
     pub leader_election: bool,
     /// Run the controller without leader election (a single replica only).
-    #[arg(long, overrides_with = "leader_election")]
+    #[arg(
+        long,
+        overrides_with = "leader_election",
+        env = "CHEIRON_NO_LEADER_ELECTION"
+    )]
     pub no_leader_election: bool,
     /// Namespace of the Lease (default: POD_NAMESPACE, else the client's default namespace).
     #[arg(long, value_name = "NS", env = "CHEIRON_LEADER_ELECTION_NAMESPACE")]
@@ -65,7 +75,7 @@ impl ControllerArgs {
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
         let Self {
-            leader_election: _,
+            leader_election,
             no_leader_election,
             leader_election_namespace,
             leader_election_id,
@@ -76,7 +86,7 @@ impl ControllerArgs {
             resync: Duration::from_secs(resync.max(10)),
             ..ControllerOptions::default()
         };
-        if no_leader_election {
+        if no_leader_election || !leader_election {
             controller::run(client, options, metrics, ready, shutdown).await?;
             return Ok(());
         }
@@ -204,5 +214,33 @@ impl RunCommand {
         shutdown.cancel();
         let controlled = controller_task.await.context("controller task")?;
         served.and(controlled)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::ControllerArgs;
+
+    #[derive(Parser)]
+    struct Test {
+        #[command(flatten)]
+        args: ControllerArgs,
+    }
+
+    fn elected(argv: &[&str]) -> Result<bool, clap::Error> {
+        let args = Test::try_parse_from(std::iter::once("test").chain(argv.iter().copied()))?.args;
+        Ok(args.leader_election && !args.no_leader_election)
+    }
+
+    #[test]
+    fn leader_election_is_on_by_default_and_the_last_flag_wins() -> Result<(), clap::Error> {
+        assert!(elected(&[])?);
+        assert!(!elected(&["--no-leader-election"])?);
+        assert!(elected(&["--no-leader-election", "--leader-election"])?);
+        assert!(!elected(&["--leader-election", "--no-leader-election"])?);
+        assert!(!elected(&["--leader-election=false"])?);
+        Ok(())
     }
 }

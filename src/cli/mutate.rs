@@ -45,10 +45,10 @@ pub struct MutateArgs {
     #[arg(long, short = 'n', env = "CHEIRON_NAMESPACE")]
     namespace: Option<String>,
     /// Output format.
-    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Yaml)]
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Yaml, env = "CHEIRON_OUTPUT")]
     output: OutputFormat,
     /// The manifest to mutate; `-` reads standard input.
-    #[arg(value_name = "FILE|-")]
+    #[arg(value_name = "FILE|-", env = "CHEIRON_MUTATE_FILE")]
     file: PathBuf,
 }
 

@@ -369,11 +369,12 @@ pub async fn run(
                 watcher::Config::default(),
                 service_accounts_writer,
                 move |sa| {
-                    c3.triggers.namespace_changed(
-                        &sa.namespace().unwrap_or_default(),
-                        &c3.namespaced,
-                        &c3.cluster,
-                    )
+                    let ns = sa.namespace().unwrap_or_default();
+                    let meta = c3
+                        .namespace(&ns)
+                        .unwrap_or_else(|| NamespaceMeta::named(ns.as_str()));
+                    c3.triggers
+                        .service_account_changed(&meta, &c3.namespaced, &c3.cluster);
                 },
             ),
         )

@@ -60,14 +60,11 @@ pub fn labelled_owner(secret: &Secret) -> Option<ManagerId> {
     })
 }
 
-/// True when `secret` carries cheiron's managed-by label: the only Secrets cheiron may change.
+/// True when `secret` is one the controller wrote: cheiron's managed-by label AND the labels
+/// naming a manager. Other Secrets with the managed-by label (cheiron-certs' TLS Secrets) are
+/// as foreign to the controller as a user's: never updated, never deleted.
 pub fn is_managed(secret: &Secret) -> bool {
-    secret
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(label::MANAGED_BY))
-        .is_some_and(|v| v == label::MANAGED_BY_VALUE)
+    labelled_owner(secret).is_some()
 }
 
 /// A Secret of this manager that must go.
@@ -247,6 +244,7 @@ pub fn plan(
     let target_set: HashSet<&str> = targets.iter().map(String::as_str).collect();
     let by_key: HashMap<(&str, &str), &Arc<Secret>> = existing
         .iter()
+        .filter(|s| is_managed(s))
         .filter_map(|s| {
             Some((
                 (

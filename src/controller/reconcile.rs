@@ -66,8 +66,14 @@ pub async fn reconcile<K: ManagerObject>(
             finalizer::Event::Cleanup(m) => cleanup(&*m, &ctx).await,
         }
     })
-    .await
-    .map_err(|e| ControllerError::Finalizer(Box::new(e)));
+    .await;
+    let result = match result {
+        // A second queued cleanup of a manager whose finalizer is already gone: done.
+        Err(finalizer::Error::RemoveFinalizer(kube::Error::Api(s))) if s.code == 404 => {
+            Ok(Action::await_change())
+        }
+        other => other.map_err(|e| ControllerError::Finalizer(Box::new(e))),
+    };
     ctx.metrics
         .reconcile
         .record(K::KIND, started.elapsed(), result.is_err());
@@ -214,13 +220,21 @@ fn describe(e: &kube::Error) -> String {
     }
 }
 
-/// Patches one ServiceAccount, recomputing the patch from a fresh read when another writer
-/// got there first (the patch's resourceVersion test fails).
+fn references(sa: &ServiceAccount, name: &str) -> bool {
+    sa.image_pull_secrets
+        .iter()
+        .flatten()
+        .any(|r| r.name == name)
+}
+
+/// Patches one ServiceAccount (`removing`: the patch takes entries away), recomputing the
+/// patch from a fresh read when another writer got there first.
 async fn patch_service_account(
     ctx: &Context,
     namespace: &str,
     name: &str,
     first: Option<&ServiceAccount>,
+    removing: bool,
     compute: impl Fn(&ServiceAccount) -> Option<(json_patch::Patch, Vec<String>)>,
 ) -> Result<Option<Vec<String>>, String> {
     let api: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), namespace);
@@ -242,6 +256,12 @@ async fn patch_service_account(
             ..PatchParams::default()
         };
         match api.patch(name, &params, &Patch::<()>::Json(patch)).await {
+            // The patch also passes the webhook: if it put a removed name back (its view of a
+            // manager being deleted lagging), try again once the view has caught up.
+            Ok(stored) if removing && names.iter().any(|n| references(&stored, n)) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
             Ok(_) => {
                 ctx.metrics.reconcile.service_accounts_patched.inc();
                 return Ok(Some(names));
@@ -269,7 +289,7 @@ async fn backfill(
                 continue;
             }
             let name = sa.name_any();
-            match patch_service_account(ctx, &namespace.name, &name, Some(&sa), |sa| {
+            match patch_service_account(ctx, &namespace.name, &name, Some(&sa), false, |sa| {
                 serviceaccount::backfill(sa, namespace, manager)
             })
             .await
@@ -316,7 +336,7 @@ async fn remove_entries(
             continue;
         }
         let name = sa.name_any();
-        match patch_service_account(ctx, &namespace.name, &name, Some(&sa), compute).await {
+        match patch_service_account(ctx, &namespace.name, &name, Some(&sa), true, compute).await {
             Ok(Some(removed)) => {
                 ctx.publish_on_service_account(
                     &sa,

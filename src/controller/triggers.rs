@@ -22,8 +22,8 @@ use tokio::task::AbortHandle;
 
 use super::{desired::SourceKey, kinds::ManagerRef};
 use crate::{
-    api::{ClusterImagePullSecretManager, ImagePullSecretManager},
-    policy::ManagerId,
+    api::{ClusterImagePullSecretManager, ImagePullSecretManager, Mode},
+    policy::{Manager, ManagerId, NamespaceMeta},
 };
 
 /// Senders into the two controllers' `reconcile_on` streams.
@@ -79,6 +79,30 @@ impl Triggers {
         }
         for m in namespaced.state() {
             if m.metadata.namespace.as_deref() == Some(namespace) {
+                self.send(ManagerRef::Namespaced(ObjectRef::from_obj(&*m)));
+            }
+        }
+    }
+
+    /// Asks for a reconcile of the ServiceAccount-mode managers whose scope holds `namespace`:
+    /// only they backfill its ServiceAccounts.
+    pub fn service_account_changed(
+        &self,
+        namespace: &NamespaceMeta,
+        namespaced: &Store<ImagePullSecretManager>,
+        cluster: &Store<ClusterImagePullSecretManager>,
+    ) {
+        for m in cluster.state() {
+            let acts = m.spec.mode == Mode::ServiceAccount
+                && Manager::from_cluster(&m).is_ok_and(|c| c.scope.contains(namespace));
+            if acts {
+                self.send(ManagerRef::Cluster(ObjectRef::from_obj(&*m)));
+            }
+        }
+        for m in namespaced.state() {
+            if m.spec.mode == Mode::ServiceAccount
+                && m.metadata.namespace.as_deref() == Some(namespace.name.as_str())
+            {
                 self.send(ManagerRef::Namespaced(ObjectRef::from_obj(&*m)));
             }
         }

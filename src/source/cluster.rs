@@ -77,15 +77,19 @@ impl ClusterView {
     /// (which the CRD schema should have rejected) are logged and left out.
     fn recompile(&self) {
         let mut managers: Vec<Manager> = Vec::new();
+        // A manager being deleted injects nothing: its finalizer is removing what it added,
+        // and admitting its names again would undo that.
         let namespaced = self
             .namespaced
             .state()
             .into_iter()
+            .filter(|m| m.metadata.deletion_timestamp.is_none())
             .map(|m| Manager::from_namespaced(&m));
         let cluster = self
             .cluster
             .state()
             .into_iter()
+            .filter(|m| m.metadata.deletion_timestamp.is_none())
             .map(|m| Manager::from_cluster(&m));
         for compiled in namespaced.chain(cluster) {
             match compiled {

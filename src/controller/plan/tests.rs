@@ -291,3 +291,30 @@ fn namespaced_managers_target_only_their_own_namespace() -> TestResult {
     );
     Ok(())
 }
+
+#[test]
+fn secrets_with_the_managed_by_label_but_no_manager_labels_are_never_taken_over() -> TestResult {
+    // What cheiron-certs writes: managed-by=cheiron, no manager labels.
+    let m = cluster("a", "2026-01-01T00:00:00Z", "")?;
+    let mut tls = Secret::default();
+    tls.metadata.name = Some("pull".into());
+    tls.metadata.namespace = Some("one".into());
+    tls.metadata.labels = Some(BTreeMap::from([(
+        "app.kubernetes.io/managed-by".into(),
+        "cheiron".into(),
+    )]));
+    let tls = Arc::new(tls);
+    assert!(!is_managed(&tls));
+    let p = plan(
+        &m,
+        &owner("u1"),
+        &[want("pull", Some(b"v"))],
+        &ns(&["one"]),
+        std::slice::from_ref(&m),
+        &[tls],
+    );
+    assert!(p.updates.is_empty() && p.deletes.is_empty());
+    // A create is planned; it fails on the existing name and is reported as a conflict.
+    assert_eq!(names(&p.creates), ["one/pull"]);
+    Ok(())
+}

@@ -40,6 +40,12 @@ impl Cluster {
         self.control_plane.admin_config.clone()
     }
 
+    /// kubeconfig of `admin`, for the cheiron processes a test starts itself (the controller
+    /// tests' [`super::controller`]).
+    pub fn admin_kubeconfig(&self) -> &Path {
+        &self.control_plane.admin_kubeconfig
+    }
+
     /// kubeconfig of the group-less user the readiness test grants rights to.
     pub fn limited_kubeconfig(&self) -> &Path {
         &self.control_plane.limited_kubeconfig

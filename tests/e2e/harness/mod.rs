@@ -7,9 +7,15 @@
 //! in cluster-scoped objects it names uniquely, scoped to its namespaces), and so run in
 //! parallel. Processes are stopped by a watchdog when the binary exits; files and logs of
 //! the last run stay in `target/tmp/cheiron-e2e/` (a failing test prints the path).
+//!
+//! The controller tests (`tests/controller/`) include this harness by path and use
+//! [`controller`] on top: `cheiron controller` / `cheiron run` processes and a shared controller.
 
 mod cluster;
 mod control_plane;
+// Used by the controller test binary only (`tests/controller/`), which includes this harness.
+#[allow(dead_code)]
+pub mod controller;
 mod objects;
 mod process;
 mod scenario;

@@ -1,0 +1,133 @@
+//! ServiceAccounts that existed before their manager get its entries from the controller
+//! (backfill), appended after their own, with every opt-out and `serviceAccountNames`
+//! honoured and another writer's later entries kept.
+
+use cheiron::api::annotation::{IGNORE, RECONCILABLE, RECONCILE_WITH, RECONCILED};
+use kube::ResourceExt;
+
+use crate::{
+    harness::{Admitted, Result, service_account},
+    scenario::{ControllerScenario, has_pull_secrets},
+};
+
+#[tokio::test]
+async fn service_accounts_that_predate_the_manager_are_backfilled_and_opt_outs_are_left_alone()
+-> Result {
+    let s = ControllerScenario::new("backfill").await?;
+    let ns = s.create_target_namespace(&[], &[]).await?;
+    let annotated_ns = s.create_target_namespace(&[], &[(IGNORE, "true")]).await?;
+    let labelled_ns = s.create_target_namespace(&[(IGNORE, "true")], &[]).await?;
+
+    // All created before the manager exists, so the webhook has nothing to add to them.
+    let mut untouched = Vec::new();
+    s.create_service_account(&ns, &service_account("pre-existing", &["own-a"], &[]))
+        .await?;
+    for sa in [
+        service_account("ignored", &["own-b"], &[(IGNORE, "true")]),
+        service_account("not-reconcilable", &[], &[(RECONCILABLE, "false")]),
+        service_account("not-named", &[], &[]),
+    ] {
+        untouched.push(s.create_service_account(&ns, &sa).await?);
+    }
+    s.default_service_account(&ns).await?;
+    for opted_out in [&annotated_ns, &labelled_ns] {
+        untouched.push(s.default_service_account(opted_out).await?);
+    }
+
+    let spec = |extra: &str| {
+        format!(
+            "  serviceAccountNames: [default, pre-existing, ignored, not-reconcilable]
+  secrets:
+    - name: docker-hub
+      registry: https://index.docker.io/v1/
+      username: alice
+      password: alice-password
+    - name: ghcr
+      registry: ghcr.io
+      username: bob
+      password: bob-password
+{extra}"
+        )
+    };
+    let manager = s.apply(&s.cluster_manager("backfill", &spec(""))).await?;
+
+    let backfilled = s
+        .until_service_account(
+            &ns,
+            "pre-existing",
+            has_pull_secrets(&["own-a", "docker-hub", "ghcr"]),
+        )
+        .await?;
+    assert_eq!(backfilled.annotation(RECONCILED), Some("true"));
+    assert_eq!(
+        backfilled.annotation(RECONCILE_WITH),
+        Some("docker-hub,ghcr")
+    );
+    s.until_service_account(&ns, "default", has_pull_secrets(&["docker-hub", "ghcr"]))
+        .await?;
+    let status = s.until_ready_reason(&manager, "InlineCredentials").await?;
+    assert_eq!(
+        status.namespaces.as_deref(),
+        Some("1/1"),
+        "namespaces opted out (label or annotation) are not targets"
+    );
+    s.until_event(
+        &ns,
+        backfilled.uid().as_deref(),
+        "PullSecretsAdded",
+        "ServiceAccount pre-existing",
+    )
+    .await?;
+
+    // Another writer appends its own entry after cheiron's; a later change of the manager
+    // (one more Secret) appends after it and keeps it.
+    s.append_pull_secret(&ns, "pre-existing", "later").await?;
+    s.apply(&s.cluster_manager(
+        "backfill",
+        &spec(
+            "    - name: quay
+      registry: quay.io
+      username: carol
+      password: carol-password
+",
+        ),
+    ))
+    .await?;
+    let changed = s
+        .until_service_account(
+            &ns,
+            "pre-existing",
+            has_pull_secrets(&["own-a", "docker-hub", "ghcr", "later", "quay"]),
+        )
+        .await?;
+    assert_eq!(
+        changed.annotation(RECONCILE_WITH),
+        Some("docker-hub,ghcr,quay")
+    );
+    s.until_ready_reason(&manager, "InlineCredentials").await?;
+
+    for before in &untouched {
+        let ns = before.namespace().unwrap_or_default();
+        let name = before.name_any();
+        let now = s.service_account(&ns, &name).await?;
+        assert_eq!(
+            (
+                now.pull_secret_names(),
+                now.annotation(RECONCILED),
+                now.resource_version()
+            ),
+            (before.pull_secret_names(), None, before.resource_version()),
+            "ServiceAccount {ns}/{name} must be left alone"
+        );
+    }
+    for opted_out in [&annotated_ns, &labelled_ns] {
+        assert_eq!(
+            s.secret(opted_out, "docker-hub")
+                .await?
+                .map(|c| c.name_any()),
+            None,
+            "no Secret in opted-out namespace {opted_out}"
+        );
+    }
+    Ok(())
+}
