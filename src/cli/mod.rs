@@ -2,12 +2,14 @@
 //! field, so a new flag cannot be silently ignored.
 
 mod controller;
+mod manifests;
 mod mutate;
 mod webhook;
 
 use clap::{Parser, Subcommand};
 
 pub use controller::{ControllerArgs, ControllerCommand, RunCommand};
+pub use manifests::ManifestsArgs;
 pub use mutate::{MutateArgs, OutputFormat};
 pub use webhook::{AdminArgs, TlsArgs, WebhookArgs};
 
@@ -54,6 +56,8 @@ enum Command {
     Mutate(MutateArgs),
     /// Print both CustomResourceDefinitions as YAML.
     Crds,
+    /// Print (or write with --out) the plain manifests for installing without Helm.
+    Manifests(ManifestsArgs),
 }
 
 impl Cli {
@@ -70,6 +74,7 @@ impl Cli {
                 print!("{}", crate::api::crds_yaml()?);
                 Ok(())
             }
+            Command::Manifests(args) => args.run(&mut std::io::stdout().lock()),
         }
     }
 }

@@ -1,6 +1,18 @@
-//! What installing cheiron writes into a cluster: the webhook registration (and, later, the
-//! plain manifests), generated from code so tests and manifests cannot drift apart.
+//! What installing cheiron writes into a cluster, generated from code so that tests, the plain
+//! manifests of `webhook-config/` and the Helm chart cannot drift apart: the webhook
+//! registration, least-privilege RBAC, the Deployment and the certificate Job.
 
+mod certificates;
+mod manifests;
+pub mod rbac;
 mod webhook_configuration;
+mod workload;
 
+pub use certificates::{JOB_TTL_SECONDS, create_args, patch_args};
+pub use manifests::{
+    ADMIN_PORT, CERTIFICATES, DEFAULT_NAMESPACE, Install, LEASE, ManifestError, ManifestFile, NAME,
+    RUN_AS, SERVICE_PORT, SHUTDOWN_DELAY_SECONDS, TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR,
+    TLS_SECRET, WEBHOOK_PORT, default_image,
+};
 pub use webhook_configuration::{FailurePolicy, WebhookClient, WebhookRegistration};
+pub use workload::run_args;

@@ -1,0 +1,178 @@
+//! Least-privilege RBAC: exactly the API calls the code makes, split by the part of cheiron
+//! that makes them, so a reviewer can check each rule against one module. The Helm chart's
+//! templates carry the same rules, and `tests/install.rs` fails when they differ or when a
+//! SubjectAccessReview shows a call the code needs is missing or a broader one is allowed.
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+
+use crate::api::GROUP;
+
+/// The two manager resources.
+const MANAGERS: [&str; 2] = ["imagepullsecretmanagers", "clusterimagepullsecretmanagers"];
+
+fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(resources.iter().map(|r| (*r).to_owned()).collect()),
+        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+        resource_names: None,
+        non_resource_urls: None,
+    }
+}
+
+fn named(rule: PolicyRule, name: &str) -> PolicyRule {
+    PolicyRule {
+        resource_names: Some(vec![name.to_owned()]),
+        ..rule
+    }
+}
+
+/// What the webhook reads, cluster-wide (`src/source/cluster.rs`): it watches both manager
+/// kinds and Namespaces (metadata), watches cheiron's own Secrets by label selector (metadata)
+/// and gets a Namespace its cache has not seen yet.
+///
+/// RBAC cannot narrow `list`/`watch` to a label selector, so the Secrets rule is as wide as
+/// the resource; the code only ever asks for `app.kubernetes.io/managed-by=cheiron`.
+pub fn webhook_rules() -> Vec<PolicyRule> {
+    vec![
+        rule(GROUP, &MANAGERS, &["list", "watch"]),
+        rule("", &["namespaces"], &["get", "list", "watch"]),
+        rule("", &["secrets"], &["list", "watch"]),
+    ]
+}
+
+/// What the controller reads and writes, cluster-wide (`src/controller/`):
+/// - managers of both kinds: watched, `patch`ed to add and remove the finalizer, their
+///   `status` `patch`ed;
+/// - Secrets: cheiron's own watched by label selector, each named source watched by field
+///   selector and read with `get` (any namespace a manager names), its own Secrets read,
+///   created, replaced (`update`) and deleted one by one;
+/// - ServiceAccounts: watched, read, and `patch`ed (JSON Patch with a `test` guard);
+/// - Namespaces: watched (metadata);
+/// - Events (`events.k8s.io/v1`): `create`d, and `patch`ed when they repeat, in the namespace
+///   of the manager or ServiceAccount (`default` for cluster managers).
+pub fn controller_rules() -> Vec<PolicyRule> {
+    vec![
+        rule(GROUP, &MANAGERS, &["list", "watch", "patch"]),
+        rule(
+            GROUP,
+            &[
+                "imagepullsecretmanagers/status",
+                "clusterimagepullsecretmanagers/status",
+            ],
+            &["patch"],
+        ),
+        rule(
+            "",
+            &["secrets"],
+            &["get", "list", "watch", "create", "update", "delete"],
+        ),
+        rule("", &["serviceaccounts"], &["get", "list", "watch", "patch"]),
+        rule("", &["namespaces"], &["list", "watch"]),
+        rule("events.k8s.io", &["events"], &["create", "patch"]),
+    ]
+}
+
+/// The controller's Lease (kube-lease-manager), in cheiron's own namespace only: created when
+/// missing, then read and patched by name. `create` cannot be limited to a name in RBAC.
+pub fn leader_election_rules(lease: &str) -> Vec<PolicyRule> {
+    vec![
+        rule("coordination.k8s.io", &["leases"], &["create"]),
+        named(
+            rule("coordination.k8s.io", &["leases"], &["get", "patch"]),
+            lease,
+        ),
+    ]
+}
+
+/// `cheiron-certs` in cheiron's namespace (`certs-tool/src/create.rs`, `patch.rs`): `create`
+/// reads the serving Secret and its CA Secret (`<secret>-ca`), creates them when missing and
+/// replaces them (`update`, under the `resourceVersion` read) when it issues a new certificate;
+/// `patch` reads the serving Secret's `ca.crt`. Reads and replacements are limited to the two
+/// names; `create` cannot be limited to a name in RBAC.
+pub fn certificates_secret_rules(secret: &str) -> Vec<PolicyRule> {
+    vec![
+        rule("", &["secrets"], &["create"]),
+        PolicyRule {
+            resource_names: Some(vec![secret.to_owned(), format!("{secret}-ca")]),
+            ..rule("", &["secrets"], &["get", "update"])
+        },
+    ]
+}
+
+/// `cheiron-certs patch`: reads cheiron's MutatingWebhookConfiguration and writes `caBundle`
+/// into it (strategic merge patch), by name.
+pub fn certificates_webhook_rules(webhook_configuration: &str) -> Vec<PolicyRule> {
+    vec![named(
+        rule(
+            "admissionregistration.k8s.io",
+            &["mutatingwebhookconfigurations"],
+            &["get", "patch"],
+        ),
+        webhook_configuration,
+    )]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verbs_on(rules: &[PolicyRule], group: &str, resource: &str) -> Vec<String> {
+        rules
+            .iter()
+            .filter(|r| r.api_groups.as_deref() == Some(&[group.to_owned()]))
+            .filter(|r| {
+                r.resources
+                    .as_deref()
+                    .is_some_and(|rs| rs.iter().any(|r| r == resource))
+            })
+            .flat_map(|r| r.verbs.clone())
+            .collect()
+    }
+
+    #[test]
+    fn no_rule_uses_wildcards_escalation_or_bulk_deletion() {
+        let all = [
+            webhook_rules(),
+            controller_rules(),
+            leader_election_rules("cheiron-controller"),
+            certificates_secret_rules("cheiron-tls"),
+            certificates_webhook_rules("cheiron"),
+        ]
+        .concat();
+        for rule in &all {
+            for word in rule
+                .verbs
+                .iter()
+                .chain(rule.resources.iter().flatten())
+                .chain(rule.api_groups.iter().flatten())
+            {
+                assert_ne!(word, "*", "{rule:?}");
+                assert!(
+                    !["escalate", "bind", "impersonate", "deletecollection"]
+                        .contains(&word.as_str()),
+                    "{rule:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_webhook_only_reads() {
+        for rule in webhook_rules() {
+            for verb in &rule.verbs {
+                assert!(
+                    ["get", "list", "watch"].contains(&verb.as_str()),
+                    "{rule:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_controller_patches_managers_and_service_accounts_but_never_replaces_them() {
+        let rules = controller_rules();
+        assert!(!verbs_on(&rules, GROUP, "imagepullsecretmanagers").contains(&"update".into()));
+        assert!(!verbs_on(&rules, "", "serviceaccounts").contains(&"update".into()));
+    }
+}
