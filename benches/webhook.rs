@@ -91,6 +91,15 @@ fn review_body() -> Result<Vec<u8>> {
     let mut review: serde_json::Value = serde_json::from_slice(&std::fs::read(path)?)?;
     review["request"]["namespace"] = "team-3".into();
     review["request"]["object"]["metadata"]["labels"]["app"] = "web0".into();
+    // Grow the first container's environment until the review is ~15 KB, as SPEC §8 specifies.
+    let mut i = 0;
+    while serde_json::to_vec(&review)?.len() < 15 * 1024 {
+        let env = review["request"]["object"]["spec"]["containers"][0]["env"]
+            .as_array_mut()
+            .ok_or("fixture container has no env list")?;
+        env.push(serde_json::json!({"name": format!("SETTING_{i}"), "value": format!("value-of-setting-number-{i}")}));
+        i += 1;
+    }
     Ok(serde_json::to_vec(&review)?)
 }
 

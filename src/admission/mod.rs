@@ -10,7 +10,7 @@ mod tests;
 
 pub use patch::{PullSecretPatch, build_patch, reconcile_with};
 pub use review::{Admission, InvalidReview, Outcome, Review, parse, review};
-pub use subject::{Uninterpretable, interpret};
+pub use subject::{AdmittedObject, Interpreted, Uninterpretable, interpret};
 
 use serde_json::Value;
 
@@ -48,28 +48,31 @@ pub fn mutate(
     namespace: &str,
     view: &dyn View,
 ) -> Result<Mutation, Uninterpretable> {
-    let interpreted = interpret(object, kind)?;
+    Ok(mutate_interpreted(
+        &interpret(object, kind)?,
+        namespace,
+        view,
+    ))
+}
+
+/// [`mutate`] for an object already read.
+pub fn mutate_interpreted(interpreted: &Interpreted, namespace: &str, view: &dyn View) -> Mutation {
     let namespace_meta = view
         .namespace(namespace)
         .unwrap_or_else(|| NamespaceMeta::named(namespace));
     let managers = view.managers();
-    let skipped = |skip| Mutation {
-        result: MutationResult::Skipped(skip),
+    let unchanged = |result| Mutation {
+        result,
         patch: json_patch::Patch(Vec::new()),
         added: Vec::new(),
         warnings: Vec::new(),
     };
     let secrets = match decide(&interpreted.subject(), &namespace_meta, managers.iter()) {
-        Decision::Skip(skip) => return Ok(skipped(skip)),
+        Decision::Skip(skip) => return unchanged(MutationResult::Skipped(skip)),
         Decision::Inject { secrets, .. } => secrets,
     };
-    let Some(PullSecretPatch { patch, added }) = build_patch(object, &interpreted, &secrets) else {
-        return Ok(Mutation {
-            result: MutationResult::Unchanged,
-            patch: json_patch::Patch(Vec::new()),
-            added: Vec::new(),
-            warnings: Vec::new(),
-        });
+    let Some(PullSecretPatch { patch, added }) = build_patch(interpreted, &secrets) else {
+        return unchanged(MutationResult::Unchanged);
     };
     let warnings = added
         .iter()
@@ -78,10 +81,10 @@ pub fn mutate(
             format!("cheiron: pull secret {namespace}/{name} does not exist yet; it was referenced anyway and the controller will create it")
         })
         .collect();
-    Ok(Mutation {
+    Mutation {
         result: MutationResult::Patched,
         patch,
         added,
         warnings,
-    })
+    }
 }

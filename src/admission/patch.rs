@@ -5,8 +5,8 @@
 use json_patch::{AddOperation, Patch, PatchOperation, jsonptr::PointerBuf};
 use serde_json::{Map, Value, json};
 
-use super::subject::{Interpreted, list_pointer, list_tokens};
-use crate::{api::annotation, policy::SubjectKind};
+use super::subject::{Interpreted, list_tokens};
+use crate::api::annotation;
 
 /// A patch and the names it appends.
 #[derive(Clone, Debug, PartialEq)]
@@ -36,17 +36,9 @@ fn add(path: PointerBuf, value: Value) -> PatchOperation {
     PatchOperation::Add(AddOperation { path, value })
 }
 
-fn is_object(value: Option<&Value>) -> bool {
-    value.is_some_and(Value::is_object)
-}
-
-/// Builds the patch that makes `object` reference every name in `wanted`, or `None` when it
-/// already does (so the webhook applied to its own output returns no patch).
-pub fn build_patch(
-    object: &Value,
-    interpreted: &Interpreted,
-    wanted: &[String],
-) -> Option<PullSecretPatch> {
+/// Builds the patch that makes the object reference every name in `wanted`, or `None` when
+/// it already does (so the webhook applied to its own output returns no patch).
+pub fn build_patch(interpreted: &Interpreted, wanted: &[String]) -> Option<PullSecretPatch> {
     let mut added: Vec<String> = Vec::new();
     for name in wanted {
         if !interpreted.existing.contains(name) && !added.contains(name) {
@@ -59,23 +51,21 @@ pub fn build_patch(
     let references = || added.iter().map(|n| json!({ "name": n }));
     let mut ops = Vec::with_capacity(added.len() + 2);
 
-    let list = list_pointer(interpreted.kind);
-    if object.pointer(list).is_some_and(Value::is_array) {
+    let list = || PointerBuf::from_tokens(list_tokens(interpreted.kind).iter().copied());
+    if interpreted.has_list {
         for reference in references() {
-            let mut path = PointerBuf::from_tokens(list_tokens(interpreted.kind).iter().copied());
+            let mut path = list();
             path.push_back("-");
             ops.push(add(path, reference));
         }
-    } else if interpreted.kind == SubjectKind::Pod && !is_object(object.get("spec")) {
+    } else if !interpreted.has_list_parent {
+        // A Pod without a spec.
         ops.push(add(
             PointerBuf::from_tokens(["spec"]),
             json!({ "imagePullSecrets": references().collect::<Vec<_>>() }),
         ));
     } else {
-        ops.push(add(
-            PointerBuf::from_tokens(list_tokens(interpreted.kind).iter().copied()),
-            Value::Array(references().collect()),
-        ));
+        ops.push(add(list(), Value::Array(references().collect())));
     }
 
     let previous = interpreted
@@ -88,13 +78,12 @@ pub fn build_patch(
         annotation::RECONCILE_WITH.to_owned(),
         Value::from(reconcile_with(previous, &added)),
     );
-    let metadata = object.get("metadata");
-    if !is_object(metadata) {
+    if !interpreted.has_metadata {
         ops.push(add(
             PointerBuf::from_tokens(["metadata"]),
             json!({ "annotations": annotations }),
         ));
-    } else if !is_object(metadata.and_then(|m| m.get("annotations"))) {
+    } else if !interpreted.has_annotations {
         ops.push(add(
             PointerBuf::from_tokens(["metadata", "annotations"]),
             Value::Object(annotations),

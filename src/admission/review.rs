@@ -6,7 +6,7 @@ use kube::core::{
 };
 use serde_json::Value;
 
-use super::{MutationResult, mutate};
+use super::{AdmittedObject, MutationResult, interpret, mutate_interpreted};
 use crate::policy::{Skip, SubjectKind, View};
 
 /// A body that is not an AdmissionReview with a request (HTTP 400).
@@ -79,7 +79,7 @@ fn operation_name(op: &Operation) -> &'static str {
 }
 
 /// Which kind cheiron mutates for this request, if any.
-fn handled_kind(request: &AdmissionRequest<DynamicObject>) -> Option<SubjectKind> {
+fn handled_kind(request: &AdmissionRequest<AdmittedObject>) -> Option<SubjectKind> {
     if request
         .sub_resource
         .as_deref()
@@ -98,16 +98,36 @@ fn handled_kind(request: &AdmissionRequest<DynamicObject>) -> Option<SubjectKind
     }
 }
 
-/// A parsed AdmissionReview: the envelope, and the object read separately so that an odd
-/// object yields a warning, not an error.
+/// The object of a parsed review: read while parsing (the fast path), or kept as JSON when it
+/// did not fit [`AdmittedObject`] and is read again to say what is wrong with it.
+#[derive(Debug)]
+enum Object {
+    Read(Option<Box<AdmittedObject>>),
+    Unread(Value),
+}
+
+/// A parsed AdmissionReview.
 #[derive(Debug)]
 pub struct Review {
-    request: AdmissionRequest<DynamicObject>,
-    object: Value,
+    request: AdmissionRequest<AdmittedObject>,
+    object: Object,
 }
 
 /// Parses an AdmissionReview body. Only a body that is not a review with a request fails.
+///
+/// The common case is one pass that skips everything admission does not read. If the object
+/// has an unexpected shape, the envelope is parsed again without it, so an odd object yields a
+/// warning rather than an error.
 pub fn parse(body: &[u8]) -> Result<Review, InvalidReview> {
+    if let Ok(envelope) = serde_json::from_slice::<AdmissionReview<AdmittedObject>>(body) {
+        let mut request: AdmissionRequest<AdmittedObject> =
+            envelope.try_into().map_err(|_| InvalidReview::NoRequest)?;
+        let object = request.object.take();
+        return Ok(Review {
+            request,
+            object: Object::Read(object.map(Box::new)),
+        });
+    }
     let mut value: Value = serde_json::from_slice(body).map_err(InvalidReview::NotJson)?;
     let object = value
         .get_mut("request")
@@ -121,11 +141,14 @@ pub fn parse(body: &[u8]) -> Result<Review, InvalidReview> {
         // Not read, and may be as odd as `object`.
         *old = Value::Null;
     }
-    let envelope: AdmissionReview<DynamicObject> =
+    let envelope: AdmissionReview<AdmittedObject> =
         serde_json::from_value(value).map_err(InvalidReview::NotAReview)?;
-    let request: AdmissionRequest<DynamicObject> =
+    let request: AdmissionRequest<AdmittedObject> =
         envelope.try_into().map_err(|_| InvalidReview::NoRequest)?;
-    Ok(Review { request, object })
+    Ok(Review {
+        request,
+        object: Object::Unread(object),
+    })
 }
 
 impl Review {
@@ -162,8 +185,13 @@ impl Review {
         ) else {
             return self.finish(response, Outcome::NotHandled);
         };
-        let mutation = match mutate(&self.object, kind, namespace, view) {
-            Ok(m) => m,
+        let interpreted = match &self.object {
+            Object::Read(Some(object)) => Ok(object.interpret(kind)),
+            Object::Read(None) => interpret(&Value::Null, kind),
+            Object::Unread(value) => interpret(value, kind),
+        };
+        let mutation = match interpreted {
+            Ok(interpreted) => mutate_interpreted(&interpreted, namespace, view),
             Err(e) => {
                 response.warnings = Some(vec![format!("cheiron: {e}; admitted unchanged")]);
                 return self.finish(response, Outcome::Uninterpretable);

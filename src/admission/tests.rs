@@ -442,3 +442,24 @@ proptest! {
         prop_assert!(again.patch.0.is_empty());
     }
 }
+
+#[test]
+fn the_fast_parse_and_the_json_path_give_the_same_patch() -> TestResult {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/pod-create-replicaset.json");
+    let mut body: Value = serde_json::from_slice(&std::fs::read(path)?)?;
+    body["request"]["namespace"] = json!("team");
+    let object = body["request"]["object"].clone();
+    let v = view("Pod", &["a", "b"])?;
+    let fast = parse(&serde_json::to_vec(&body)?)?.answer(&v);
+    let slow = mutate(&object, SubjectKind::Pod, "team", &v)?;
+    assert_eq!(fast.outcome, Outcome::Patched);
+    let fast_patch: json_patch::Patch = serde_json::from_slice(
+        fast.review
+            .response
+            .as_ref()
+            .and_then(|r| r.patch.as_deref())
+            .ok_or("no patch")?,
+    )?;
+    assert_eq!(fast_patch, slow.patch);
+    Ok(())
+}

@@ -50,7 +50,7 @@ pub fn backfill(
     }
     let object = serde_json::to_value(sa).ok()?;
     let interpreted = interpret(&object, SubjectKind::ServiceAccount).ok()?;
-    let built = build_patch(&object, &interpreted, &names)?;
+    let built = build_patch(&interpreted, &names)?;
     let mut ops = vec![precondition(sa)?];
     ops.extend(built.patch.0);
     Some((Patch(ops), built.added))
