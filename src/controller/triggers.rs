@@ -60,10 +60,15 @@ impl Triggers {
 
     /// Asks for a reconcile of `manager`. A closed channel means the controllers stopped.
     pub fn send(&self, manager: ManagerRef) {
-        let _closed = match manager {
-            ManagerRef::Namespaced(r) => self.namespaced.unbounded_send(r).is_err(),
-            ManagerRef::Cluster(r) => self.cluster.unbounded_send(r).is_err(),
-        };
+        // Sending fails only once the controllers have stopped; then there is nothing to do.
+        match manager {
+            ManagerRef::Namespaced(r) => {
+                let _ = self.namespaced.unbounded_send(r);
+            }
+            ManagerRef::Cluster(r) => {
+                let _ = self.cluster.unbounded_send(r);
+            }
+        }
     }
 
     /// Asks for a reconcile of every manager that may act on `namespace`: every cluster manager
