@@ -26,7 +26,7 @@ use serde::de::DeserializeOwned;
 
 use futures::future::BoxFuture;
 
-use super::{NAMESPACE_LOOKUP_TIMEOUT, NamespaceLookup, Readiness, Source};
+use super::{NAMESPACE_LOOKUP_TIMEOUT, NamespaceIndex, NamespaceLookup, Readiness, Source};
 use crate::{
     api::{ClusterImagePullSecretManager, ImagePullSecretManager, label},
     policy::{Manager, NamespaceMeta, View},
@@ -68,7 +68,7 @@ pub struct ClusterView {
     managers: Arc<RwLock<Arc<[Manager]>>>,
     namespaced: Store<ImagePullSecretManager>,
     cluster: Store<ClusterImagePullSecretManager>,
-    namespaces: Store<PartialObjectMeta<Namespace>>,
+    namespaces: NamespaceIndex,
     secrets: Store<PartialObjectMeta<Secret>>,
 }
 
@@ -115,12 +115,7 @@ impl View for ClusterView {
     }
 
     fn namespace(&self, name: &str) -> Option<NamespaceMeta> {
-        let ns = self.namespaces.get(&ObjectRef::new(name))?;
-        Some(NamespaceMeta {
-            name: name.to_owned(),
-            labels: ns.metadata.labels.clone().unwrap_or_default(),
-            annotations: ns.metadata.annotations.clone().unwrap_or_default(),
-        })
+        self.namespaces.get(name)
     }
 
     fn secret_exists(&self, namespace: &str, name: &str) -> Option<bool> {
@@ -158,7 +153,14 @@ async fn reflect<K>(
 {
     watcher(api, config)
         .default_backoff()
-        .modify(|o| o.meta_mut().managed_fields = None)
+        .modify(|o| {
+            // Only what the view reads is kept: managers' spec and creation time, Secrets'
+            // names. (kubectl's last-applied annotation alone doubles a manager.)
+            let meta = o.meta_mut();
+            meta.managed_fields = None;
+            meta.annotations = None;
+            meta.owner_references = None;
+        })
         .reflect(writer)
         .inspect_err(|e| tracing::warn!(error = %e, kind = %K::kind(&Default::default()), "watch failed; retrying"))
         .for_each(|event| {
@@ -195,14 +197,14 @@ impl ClusterSource {
 
         let (namespaced, namespaced_writer) = reflector::store();
         let (cluster, cluster_writer) = reflector::store();
-        let (namespaces, namespaces_writer) = reflector::store();
+        let namespaces = NamespaceIndex::default();
         let (secrets, secrets_writer) = reflector::store();
         let source = Arc::new(Self {
             view: ClusterView {
                 managers: Arc::new(RwLock::new(Arc::from(Vec::new()))),
                 namespaced,
                 cluster,
-                namespaces,
+                namespaces: namespaces.clone(),
                 secrets,
             },
             ready: AtomicBool::new(false),
@@ -225,12 +227,20 @@ impl ClusterSource {
                 cluster_writer,
                 recompile,
             ),
-            reflect(
+            watcher(
                 Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
                 all,
-                namespaces_writer,
-                || {},
-            ),
+            )
+            .default_backoff()
+            .for_each(move |event| {
+                match event {
+                    Ok(event) => namespaces.apply(&event),
+                    Err(e) => {
+                        tracing::warn!(kind = "Namespace", error = %e, "watch failed; retrying")
+                    }
+                }
+                future::ready(())
+            }),
             reflect(
                 Api::<PartialObjectMeta<Secret>>::all(client),
                 watcher::Config::default().labels(&managed_secrets_selector()),
@@ -246,13 +256,15 @@ impl ClusterSource {
 
     async fn mark_ready(self: Arc<Self>) {
         let v = &self.view;
-        let synced = future::try_join4(
+        let synced = future::try_join3(
             v.namespaced.wait_until_ready(),
             v.cluster.wait_until_ready(),
-            v.namespaces.wait_until_ready(),
             v.secrets.wait_until_ready(),
         )
         .await;
+        while !v.namespaces.is_ready() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
         if synced.is_ok() {
             v.recompile();
             self.ready.store(true, Ordering::Release);
@@ -349,10 +361,18 @@ mod tests {
             managers: Arc::new(RwLock::new(Arc::from(Vec::new()))),
             namespaced: fill(vec![older]),
             cluster: fill(vec![newer]),
-            namespaces: fill(vec![meta::<Namespace>(serde_json::json!({
-                "apiVersion": "v1", "kind": "Namespace",
-                "metadata": {"name": "team", "labels": {"tier": "apps"}},
-            }))?]),
+            namespaces: {
+                let index = NamespaceIndex::default();
+                index.apply(&watcher::Event::Init);
+                index.apply(&watcher::Event::InitApply(meta::<Namespace>(
+                    serde_json::json!({
+                        "apiVersion": "v1", "kind": "Namespace",
+                        "metadata": {"name": "team", "labels": {"tier": "apps"}},
+                    }),
+                )?));
+                index.apply(&watcher::Event::InitDone);
+                index
+            },
             secrets: fill(vec![meta::<Secret>(serde_json::json!({
                 "apiVersion": "v1", "kind": "Secret",
                 "metadata": {"name": "a", "namespace": "team"},

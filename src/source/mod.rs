@@ -3,11 +3,13 @@
 
 mod cluster;
 mod file;
+mod namespaces;
 
 pub use cluster::{
     ClusterSource, ClusterSourceError, ClusterView, ensure_crds, managed_secrets_selector,
 };
 pub use file::{FileSource, LoadError, load_paths};
+pub use namespaces::NamespaceIndex;
 
 /// How long a live namespace lookup may take before the object is admitted unchanged.
 pub const NAMESPACE_LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);

@@ -1,0 +1,1041 @@
+//! Cluster benchmark (SPEC §8) on a real kube-apiserver, through the e2e harness (etcd,
+//! kube-apiserver, kube-controller-manager from `tests/k8s/assets`, one shared webhook):
+//!
+//! 1. new namespace → its Secret present: p50/p99 over namespaces created one by one, with a
+//!    `cheiron controller --no-leader-election --resync 15` of this benchmark running;
+//! 2. rotation of one source copied to 1 000 namespaces: source update → all copies hold the
+//!    new content, against a bare kube client replacing 1 000 Secrets with 16 writes in flight
+//!    (the controller's write concurrency), measured before and after;
+//! 3. steady state: resourceVersions of every cheiron Secret, every manager and every
+//!    ServiceAccount before and after a window longer than one resync: changes counted;
+//! 4. webhook memory: the controller is stopped, the cluster is topped up to 10 000 namespaces
+//!    and 1 000 managers, a fresh `cheiron webhook` in cluster mode is started, and its VmRSS
+//!    is sampled once `/readyz` is 200 (its caches have listed everything).
+//!
+//! Run: `cargo bench --bench cluster`. Progress goes to stderr, the results table to stdout.
+
+// The harness serves several binaries; each uses only part of it.
+#[allow(dead_code, unused_imports)]
+#[path = "../tests/e2e/harness/mod.rs"]
+mod harness;
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    fmt::Write as _,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use cheiron::api::{ClusterImagePullSecretManager, ImagePullSecretManager};
+use futures::{StreamExt, TryStreamExt, stream};
+use harness::{
+    Result, Scenario,
+    controller::{CheironProcess, READY_WITHIN},
+    free_ports,
+};
+use k8s_openapi::{
+    ByteString,
+    api::core::v1::{Namespace, Secret, ServiceAccount},
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ApiResource, DynamicObject, ListParams, PostParams},
+    core::{ObjectMeta, PartialObjectMeta},
+    runtime::watcher,
+};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+/// Namespaces created one by one for the latency measurement.
+const LATENCY_NAMESPACES: usize = 100;
+/// Namespaces one rotated source is copied to.
+const ROTATION_NAMESPACES: usize = 1_000;
+/// Writes in flight of the bare client: `WRITE_CONCURRENCY` of `src/controller/reconcile.rs`.
+const BARE_WRITE_CONCURRENCY: usize = 16;
+/// Rotations timed (each between two bare-client runs).
+const ROTATION_ROUNDS: usize = 5;
+/// Creations in flight while setting up.
+const CREATE_CONCURRENCY: usize = 32;
+/// The controller's `--resync`, in seconds.
+const RESYNC: &str = "15";
+/// Longer than one resync period.
+const STEADY_WINDOW: Duration = Duration::from_secs(20);
+/// Namespaces in the cluster for the memory measurement.
+const MEMORY_NAMESPACES: usize = 10_000;
+/// Managers in the cluster for the memory measurement, of which namespaced:
+const MEMORY_MANAGERS: usize = 1_000;
+const MEMORY_NAMESPACED_MANAGERS: usize = 900;
+/// VmRSS samples, one a second.
+const SAMPLES: usize = 10;
+/// Label on every namespace this benchmark wants a manager to select.
+const TARGET: &str = "bench.cheiron.anny.co/target";
+/// Label on the bare client's Secrets.
+const BARE: &str = "bench.cheiron.anny.co/bare";
+const DOCKER_CONFIG_JSON: &str = "kubernetes.io/dockerconfigjson";
+
+fn main() -> Result {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run())
+}
+
+struct Row {
+    metric: String,
+    value: String,
+    target: String,
+    met: Option<bool>,
+}
+
+fn row(metric: &str, value: String, target: &str, met: Option<bool>) -> Row {
+    Row {
+        metric: metric.to_owned(),
+        value,
+        target: target.to_owned(),
+        met,
+    }
+}
+
+async fn run() -> Result {
+    let started = Instant::now();
+    eprintln!("[bench] starting the cluster (etcd, kube-apiserver, kcm, shared webhook)…");
+    let scenario = Scenario::new("bench").await?;
+    let cluster = scenario.cluster()?;
+    let client = scenario.client().clone();
+    eprintln!(
+        "[bench] cluster up after {:.1?}; files and logs: {}",
+        started.elapsed(),
+        cluster.dir.display()
+    );
+
+    let controller = CheironProcess::controller(
+        "bench-controller",
+        &["--no-leader-election", "--resync", RESYNC],
+    )?;
+    controller
+        .wait_for_admin_status("/readyz", 200, READY_WITHIN)
+        .await?;
+    eprintln!(
+        "[bench] cheiron controller ready ({})",
+        controller.log().display()
+    );
+
+    let sources = create_namespace(&client, &format!("{}-sources", scenario.id()), &[]).await?;
+
+    let mut rows = Vec::new();
+    rows.extend(latency(&scenario, &client, &sources).await?);
+    rows.extend(rotation(&scenario, &client, &sources, &controller).await?);
+    rows.extend(steady_state(&client, &controller).await?);
+
+    eprintln!("[bench] stopping the controller");
+    let controller_stopped = tokio::task::spawn_blocking(move || controller.stop()).await?;
+    eprintln!("[bench] controller exited: {controller_stopped:?}");
+
+    rows.extend(memory(&scenario, &client).await?);
+
+    let mut table = String::new();
+    writeln!(table, "| metric | value | target | met |")?;
+    writeln!(table, "|---|---|---|---|")?;
+    for r in &rows {
+        let met = match r.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "—",
+        };
+        writeln!(
+            table,
+            "| {} | {} | {} | {met} |",
+            r.metric, r.value, r.target
+        )?;
+    }
+    println!("\n{table}");
+    eprintln!("[bench] total runtime {:.1?}", started.elapsed());
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. new namespace → Secret present
+
+async fn latency(scenario: &Scenario, client: &Client, sources: &str) -> Result<Vec<Row>> {
+    eprintln!("[bench] latency: new namespace → Secret present, {LATENCY_NAMESPACES} namespaces");
+    create_source(client, sources, "latency-pull", "latency-v1").await?;
+    let manager = format!("{}-latency", scenario.id());
+    apply_cluster_manager(scenario, &manager, "latency", sources, "latency-pull").await?;
+
+    let (tx, mut rx) = mpsc::unbounded_channel::<(String, Instant)>();
+    let watch = tokio::spawn(watch_copies(client.clone(), manager.clone(), move |s| {
+        let _ = tx.send((s.namespace().unwrap_or_default(), Instant::now()));
+    }));
+
+    let mut seen: HashMap<String, Instant> = HashMap::new();
+    let mut wait_for = async |ns: &str| -> Result<Instant> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(at) = seen.get(ns) {
+                return Ok(*at);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, rx.recv()).await {
+                Ok(Some((n, at))) => {
+                    seen.entry(n).or_insert(at);
+                }
+                Ok(None) => return Err("the Secret watch ended".into()),
+                Err(_) => return Err(format!("no Secret in {ns} after 60 s").into()),
+            }
+        }
+    };
+
+    // Warm-up (not counted): the controller has seen the manager, the watch runs.
+    let warm = format!("{}-lat-warm", scenario.id());
+    create_namespace(client, &warm, &[(TARGET, "latency")]).await?;
+    wait_for(&warm).await?;
+
+    let mut samples = Vec::with_capacity(LATENCY_NAMESPACES);
+    for i in 0..LATENCY_NAMESPACES {
+        let ns = format!("{}-lat-{i}", scenario.id());
+        let created = Instant::now();
+        create_namespace(client, &ns, &[(TARGET, "latency")]).await?;
+        let present = wait_for(&ns).await?;
+        samples.push(present.saturating_duration_since(created));
+        if (i + 1) % 25 == 0 {
+            eprintln!("[bench]   {}/{LATENCY_NAMESPACES}", i + 1);
+        }
+    }
+    watch.abort();
+    samples.sort();
+    let p50 = percentile(&samples, 50);
+    let p99 = percentile(&samples, 99);
+    let max = samples.last().copied().unwrap_or_default();
+    eprintln!("[bench] latency p50 {p50:.1?} p99 {p99:.1?} max {max:.1?}");
+    Ok(vec![
+        row(
+            &format!("new namespace → Secret present, p50 ({LATENCY_NAMESPACES} namespaces)"),
+            ms(p50),
+            "—",
+            None,
+        ),
+        row(
+            &format!("new namespace → Secret present, p99 ({LATENCY_NAMESPACES} namespaces)"),
+            format!("{} (max {})", ms(p99), ms(max)),
+            "< 1 s",
+            Some(p99 < Duration::from_secs(1)),
+        ),
+    ])
+}
+
+/// Nearest-rank percentile of sorted samples.
+fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = (p * sorted.len()).div_ceil(100).max(1);
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. rotation
+
+async fn rotation(
+    scenario: &Scenario,
+    client: &Client,
+    sources: &str,
+    controller: &CheironProcess,
+) -> Result<Vec<Row>> {
+    eprintln!("[bench] rotation: creating {ROTATION_NAMESPACES} namespaces");
+    create_source(client, sources, "rotation-pull", "rotation-v1").await?;
+    let manager = format!("{}-rotation", scenario.id());
+    let id = scenario.id().to_owned();
+    let namespaces: Vec<String> = (0..ROTATION_NAMESPACES)
+        .map(|i| format!("{id}-rot-{i}"))
+        .collect();
+    stream::iter(namespaces.iter())
+        .map(|ns| create_namespace(client, ns, &[(TARGET, "rotation")]))
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    eprintln!("[bench] rotation: creating {ROTATION_NAMESPACES} bare-client Secrets");
+    let bare_v1 = docker_config("rotation-v1");
+    stream::iter(namespaces.iter())
+        .map(|ns| {
+            let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+            let secret = docker_config_secret("bare-pull", &bare_v1, &[(BARE, "true")]);
+            async move { api.create(&PostParams::default(), &secret).await }
+        })
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+
+    eprintln!("[bench] rotation: applying the manager, waiting for {ROTATION_NAMESPACES} copies");
+    apply_cluster_manager(scenario, &manager, "rotation", sources, "rotation-pull").await?;
+    let v1 = docker_config("rotation-v1");
+    let since = Instant::now();
+    loop {
+        let copies = copies_of(client, &manager).await?;
+        let holding = copies.iter().filter(|c| holds(c, &v1)).count();
+        if holding == ROTATION_NAMESPACES {
+            break;
+        }
+        if since.elapsed() > Duration::from_secs(600) {
+            return Err(format!("only {holding}/{ROTATION_NAMESPACES} copies after 600 s").into());
+        }
+        eprintln!("[bench]   {holding}/{ROTATION_NAMESPACES} copies");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    eprintln!(
+        "[bench] rotation: all copies present after {:.1?}; waiting for the controller to go quiet",
+        since.elapsed()
+    );
+    settle_service_accounts(client).await?;
+    quiesce(controller).await?;
+
+    // Alternating rounds (bare, cheiron, bare, …, bare) so that drift in the machine's load
+    // hits both sides alike; medians are compared.
+    let mut bare = Vec::new();
+    let mut bare_observed = Vec::new();
+    let mut cheiron = Vec::new();
+    let mut cheiron_first = Vec::new();
+    for round in 0..=ROTATION_ROUNDS {
+        let (written, observed) = bare_replace(client, &format!("bare-{round}")).await?;
+        eprintln!(
+            "[bench] rotation round {round}: bare client {written:.2?} (all seen through a watch: {observed:.2?})"
+        );
+        bare.push(written);
+        bare_observed.push(observed);
+        quiesce(controller).await?;
+        if round == ROTATION_ROUNDS {
+            break;
+        }
+        let (first, took) =
+            rotate_once(client, &manager, sources, &format!("rotation-{round}")).await?;
+        eprintln!(
+            "[bench] rotation round {round}: cheiron {took:.2?} (first copy after {first:.2?})"
+        );
+        cheiron.push(took);
+        cheiron_first.push(first);
+        quiesce(controller).await?;
+    }
+
+    let list = |v: &[Duration]| v.iter().map(|d| ms(*d)).collect::<Vec<_>>().join(", ");
+    let (bare_all, observed_all, cheiron_all) = (list(&bare), list(&bare_observed), list(&cheiron));
+    let bare_median = median(&mut bare);
+    let observed_median = median(&mut bare_observed);
+    let cheiron_median = median(&mut cheiron);
+    let first_median = median(&mut cheiron_first);
+    let ratio = cheiron_median.as_secs_f64() / bare_median.as_secs_f64();
+    let observed_ratio = cheiron_median.as_secs_f64() / observed_median.as_secs_f64();
+    Ok(vec![
+        row(
+            &format!(
+                "rotation, {ROTATION_NAMESPACES} copies: bare client, {BARE_WRITE_CONCURRENCY} replaces in flight, until the last write returned (median of {})",
+                bare.len()
+            ),
+            format!("{} (runs: {bare_all})", ms(bare_median)),
+            "—",
+            None,
+        ),
+        row(
+            &format!(
+                "rotation, {ROTATION_NAMESPACES} copies: same bare writes, until a watch saw all of them (median of {})",
+                bare_observed.len()
+            ),
+            format!("{} (runs: {observed_all})", ms(observed_median)),
+            "—",
+            None,
+        ),
+        row(
+            &format!(
+                "rotation, {ROTATION_NAMESPACES} copies: cheiron, source update → a watch saw all copies updated (median of {ROTATION_ROUNDS})"
+            ),
+            format!(
+                "{} = **{ratio:.2} × bare writes**, {observed_ratio:.2} × bare seen; first copy after {} (runs: {cheiron_all})",
+                ms(cheiron_median),
+                ms(first_median)
+            ),
+            "≤ 1.25 × bare",
+            Some(ratio <= 1.25),
+        ),
+    ])
+}
+
+/// The median (upper one for an even count).
+fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
+
+/// Rotates the source to `password` and returns how long until every copy holds it, timed
+/// from just before the source update (the copies' watch is synced before, so no event is
+/// missed).
+async fn rotate_once(
+    client: &Client,
+    manager: &str,
+    sources: &str,
+    password: &str,
+) -> Result<(Duration, Duration)> {
+    let observer =
+        Observer::start(client, copies_selector(manager), docker_config(password)).await?;
+    let rotated = Instant::now();
+    replace_source(client, sources, "rotation-pull", password).await?;
+    let (first, done) = observer.done().await?;
+    Ok((
+        first.saturating_duration_since(rotated),
+        done.saturating_duration_since(rotated),
+    ))
+}
+
+/// Waits (at most 180 s) until every namespace has its `default` ServiceAccount, so that
+/// kube-controller-manager's backlog does not load the machine during a measurement.
+async fn settle_service_accounts(client: &Client) -> Result {
+    let namespaces: Api<PartialObjectMeta<Namespace>> = Api::all(client.clone());
+    let accounts: Api<PartialObjectMeta<ServiceAccount>> = Api::all(client.clone());
+    let since = Instant::now();
+    loop {
+        let expected = namespaces
+            .list_metadata(&ListParams::default())
+            .await?
+            .items
+            .len();
+        let defaults = accounts
+            .list_metadata(&ListParams::default().fields("metadata.name=default"))
+            .await?
+            .items
+            .len();
+        if defaults >= expected {
+            eprintln!("[bench]   {defaults} default ServiceAccounts for {expected} namespaces");
+            return Ok(());
+        }
+        if since.elapsed() > Duration::from_secs(180) {
+            eprintln!(
+                "[bench]   only {defaults}/{expected} default ServiceAccounts after 180 s; going on"
+            );
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Replaces every bare-client Secret with new content, `BARE_WRITE_CONCURRENCY` in flight,
+/// from a list taken before the clock starts (cheiron holds its copies in a cache too).
+async fn bare_replace(client: &Client, password: &str) -> Result<(Duration, Duration)> {
+    let all: Api<Secret> = Api::all(client.clone());
+    let secrets = all
+        .list(&ListParams::default().labels(&format!("{BARE}=true")))
+        .await?
+        .items;
+    if secrets.len() != ROTATION_NAMESPACES {
+        return Err(format!(
+            "{} bare Secrets, expected {ROTATION_NAMESPACES}",
+            secrets.len()
+        )
+        .into());
+    }
+    let content = docker_config(password);
+    let observer = Observer::start(client, format!("{BARE}=true"), content.clone()).await?;
+    let started = Instant::now();
+    stream::iter(secrets)
+        .map(|mut secret| {
+            let api: Api<Secret> =
+                Api::namespaced(client.clone(), &secret.namespace().unwrap_or_default());
+            secret.data = Some(docker_config_data(&content));
+            async move {
+                let name = secret.name_any();
+                api.replace(&name, &PostParams::default(), &secret).await
+            }
+        })
+        .buffer_unordered(BARE_WRITE_CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let written = started.elapsed();
+    let observed = observer.done().await?.1.saturating_duration_since(started);
+    Ok((written, observed))
+}
+
+/// A watch on the Secrets matching a selector that notes when all
+/// [`ROTATION_NAMESPACES`] of them hold `expected`.
+struct Observer {
+    first: oneshot::Receiver<Instant>,
+    done: oneshot::Receiver<Instant>,
+    watch: tokio::task::JoinHandle<()>,
+}
+
+impl Observer {
+    /// Starts the watch and returns once its initial list is delivered, so that no later
+    /// change is missed.
+    async fn start(client: &Client, selector: String, expected: Value) -> Result<Self> {
+        let (synced_tx, synced_rx) = oneshot::channel::<()>();
+        let (done_tx, done) = oneshot::channel::<Instant>();
+        let (first_tx, first) = oneshot::channel::<Instant>();
+        let mut first_tx = Some(first_tx);
+        let mut synced_tx = Some(synced_tx);
+        let mut done_tx = Some(done_tx);
+        let mut holding: HashSet<String> = HashSet::new();
+        let watch = tokio::spawn(watch_copies_with_sync(
+            client.clone(),
+            selector,
+            move |secret| {
+                let ns = secret.namespace().unwrap_or_default();
+                if holds(secret, &expected) {
+                    if let Some(tx) = first_tx.take() {
+                        let _ = tx.send(Instant::now());
+                    }
+                    holding.insert(ns);
+                } else {
+                    holding.remove(&ns);
+                }
+                if holding.len() == ROTATION_NAMESPACES
+                    && let Some(tx) = done_tx.take()
+                {
+                    let _ = tx.send(Instant::now());
+                }
+            },
+            move || {
+                if let Some(tx) = synced_tx.take() {
+                    let _ = tx.send(());
+                }
+            },
+        ));
+        tokio::time::timeout(Duration::from_secs(60), synced_rx)
+            .await
+            .map_err(|_| "the Secrets' watch did not sync within 60 s")??;
+        Ok(Self { first, done, watch })
+    }
+
+    /// When the first and when the last held the expected content (at most 300 s).
+    async fn done(self) -> Result<(Instant, Instant)> {
+        let done = tokio::time::timeout(Duration::from_secs(300), self.done)
+            .await
+            .map_err(|_| "not every Secret held the new content within 300 s")??;
+        self.watch.abort();
+        let first = self.first.await?;
+        Ok((first, done))
+    }
+}
+
+/// Waits until the controller's write counters have not moved for 3 s (at most 180 s).
+async fn quiesce(controller: &CheironProcess) -> Result<()> {
+    let since = Instant::now();
+    let mut last = f64::NAN;
+    let mut stable = 0;
+    while stable < 3 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = writes(controller).await?;
+        if now == last {
+            stable += 1;
+        } else {
+            stable = 0;
+            last = now;
+        }
+        if since.elapsed() > Duration::from_secs(180) {
+            eprintln!("[bench]   (the controller is still writing after 180 s; going on)");
+            break;
+        }
+    }
+    Ok(())
+}
+
+async fn writes(controller: &CheironProcess) -> Result<f64> {
+    Ok(controller.metric("cheiron_secrets_written_total").await?
+        + controller
+            .metric("cheiron_service_accounts_patched_total")
+            .await?)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. steady state
+
+async fn steady_state(client: &Client, controller: &CheironProcess) -> Result<Vec<Row>> {
+    eprintln!(
+        "[bench] steady state: waiting for quiet, then watching {STEADY_WINDOW:?} (resync {RESYNC} s)"
+    );
+    settle_service_accounts(client).await?;
+    quiesce(controller).await?;
+    let before = resource_versions(client).await?;
+    let runs_before = controller.metric("cheiron_reconcile_runs_total").await?;
+    let writes_before = writes(controller).await?;
+    tokio::time::sleep(STEADY_WINDOW).await;
+    let after = resource_versions(client).await?;
+    let runs = controller.metric("cheiron_reconcile_runs_total").await? - runs_before;
+    let metric_writes = writes(controller).await? - writes_before;
+
+    let mut changed = Vec::new();
+    for (key, rv) in &after {
+        if before.get(key) != Some(rv) {
+            changed.push(key.clone());
+        }
+    }
+    for key in before.keys() {
+        if !after.contains_key(key) {
+            changed.push(format!("{key} (deleted)"));
+        }
+    }
+    let counts = |prefix: &str| before.keys().filter(|k| k.starts_with(prefix)).count();
+    eprintln!(
+        "[bench] steady state: {} objects watched ({} Secrets, {} managers, {} ServiceAccounts), \
+         {runs} reconciles, {} changed, metric writes {metric_writes}",
+        before.len(),
+        counts("Secret/"),
+        counts("Manager/") + counts("ClusterManager/"),
+        counts("ServiceAccount/"),
+        changed.len()
+    );
+    for key in changed.iter().take(10) {
+        eprintln!("[bench]   changed: {key}");
+    }
+    if changed.is_empty() && runs == 0.0 {
+        eprintln!("[bench]   warning: no reconcile ran in the window; the resync was not observed");
+    }
+    Ok(vec![row(
+        &format!(
+            "steady state: writes in {}s (resync {RESYNC} s) to {} cheiron Secrets, {} managers, {} ServiceAccounts",
+            STEADY_WINDOW.as_secs(),
+            counts("Secret/"),
+            counts("Manager/") + counts("ClusterManager/"),
+            counts("ServiceAccount/"),
+        ),
+        format!(
+            "{} (controller counters: {metric_writes} writes, {runs} reconciles)",
+            changed.len()
+        ),
+        "0",
+        Some(changed.is_empty() && metric_writes == 0.0),
+    )])
+}
+
+async fn resource_versions(client: &Client) -> Result<BTreeMap<String, String>> {
+    let mut versions = BTreeMap::new();
+    let key = |kind: &str, meta: &ObjectMeta| {
+        format!(
+            "{kind}/{}/{}",
+            meta.namespace.as_deref().unwrap_or(""),
+            meta.name.as_deref().unwrap_or("")
+        )
+    };
+    let rv = |meta: &ObjectMeta| meta.resource_version.clone().unwrap_or_default();
+    let secrets: Api<PartialObjectMeta<Secret>> = Api::all(client.clone());
+    for s in secrets
+        .list_metadata(&ListParams::default().labels("app.kubernetes.io/managed-by=cheiron"))
+        .await?
+    {
+        versions.insert(key("Secret", &s.metadata), rv(&s.metadata));
+    }
+    let accounts: Api<PartialObjectMeta<ServiceAccount>> = Api::all(client.clone());
+    for s in accounts.list_metadata(&ListParams::default()).await? {
+        versions.insert(key("ServiceAccount", &s.metadata), rv(&s.metadata));
+    }
+    for (kind, resource) in [
+        ("Manager", ApiResource::erase::<ImagePullSecretManager>(&())),
+        (
+            "ClusterManager",
+            ApiResource::erase::<ClusterImagePullSecretManager>(&()),
+        ),
+    ] {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        for m in api.list(&ListParams::default()).await? {
+            versions.insert(key(kind, &m.metadata), rv(&m.metadata));
+        }
+    }
+    Ok(versions)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. webhook memory
+
+async fn memory(scenario: &Scenario, client: &Client) -> Result<Vec<Row>> {
+    let cluster = scenario.cluster()?;
+    let id = scenario.id().to_owned();
+    let namespaces: Api<PartialObjectMeta<Namespace>> = Api::all(client.clone());
+    let existing = namespaces
+        .list_metadata(&ListParams::default())
+        .await?
+        .items
+        .len();
+    let missing = MEMORY_NAMESPACES.saturating_sub(existing);
+    eprintln!("[bench] memory: {existing} namespaces exist, creating {missing}");
+    let names: Vec<String> = (0..missing).map(|i| format!("{id}-m-{i}")).collect();
+    let created_at = Instant::now();
+    stream::iter(names.iter().enumerate())
+        .map(|(i, ns)| async move {
+            let group = format!("g{}", i % 10);
+            create_namespace(
+                client,
+                ns,
+                &[("bench.cheiron.anny.co/group", group.as_str())],
+            )
+            .await?;
+            if (i + 1) % 1000 == 0 {
+                eprintln!("[bench]   {}/{missing} namespaces", i + 1);
+            }
+            Ok::<_, harness::Error>(())
+        })
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    eprintln!(
+        "[bench] memory: namespaces created in {:.1?}",
+        created_at.elapsed()
+    );
+
+    let existing_managers = count_managers(client).await?;
+    let cluster_managers = MEMORY_MANAGERS
+        .saturating_sub(MEMORY_NAMESPACED_MANAGERS)
+        .saturating_sub(existing_managers);
+    eprintln!(
+        "[bench] memory: {existing_managers} managers exist, creating {MEMORY_NAMESPACED_MANAGERS} namespaced and {cluster_managers} cluster managers"
+    );
+    let homes: Vec<String> = if names.is_empty() {
+        vec![format!("{id}-sources")]
+    } else {
+        names.clone()
+    };
+    let mut yamls = Vec::new();
+    for i in 0..MEMORY_NAMESPACED_MANAGERS {
+        let ns = &homes[i % homes.len()];
+        yamls.push(format!(
+            "
+apiVersion: cheiron.anny.co/v1alpha1
+kind: ImagePullSecretManager
+metadata:
+  name: mem-{i}
+  namespace: {ns}
+spec:
+  secrets:
+    - name: reg-{i}
+      registry: registry-{i}.example.com
+      username: user-{i}
+      password: password-{i}
+"
+        ));
+    }
+    for j in 0..cluster_managers {
+        yamls.push(format!(
+            "
+apiVersion: cheiron.anny.co/v1alpha1
+kind: ClusterImagePullSecretManager
+metadata:
+  name: {id}-mem-{j}
+spec:
+  namespaceSelector:
+    matchLabels:
+      bench.cheiron.anny.co/group: g{}
+  secrets:
+    - name: cluster-reg-{j}
+      registry: cluster-{j}.example.com
+      username: user-{j}
+      password: password-{j}
+",
+            j % 10
+        ));
+    }
+    stream::iter(yamls.iter())
+        .map(|yaml| scenario.apply_manager(yaml))
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let total_namespaces = namespaces
+        .list_metadata(&ListParams::default())
+        .await?
+        .items
+        .len();
+    let total_managers = count_managers(client).await?;
+    eprintln!(
+        "[bench] memory: cluster holds {total_namespaces} namespaces, {total_managers} managers"
+    );
+
+    let [listen_port, admin_port] = free_ports()?;
+    let log = cluster.dir.join("cheiron-webhook-memory.log");
+    let mut webhook = Guard(
+        Command::new(env!("CARGO_BIN_EXE_cheiron"))
+            .args([
+                "webhook",
+                "--listen",
+                &format!("127.0.0.1:{listen_port}"),
+                "--admin-listen",
+                &format!("127.0.0.1:{admin_port}"),
+                "--shutdown-delay",
+                "0",
+            ])
+            .arg("--tls-cert-dir")
+            .arg(cluster.webhook_tls_dir())
+            .env("KUBECONFIG", cluster.admin_kubeconfig())
+            .env("CHEIRON_LOG", "info")
+            .env("NO_COLOR", "1")
+            .env_remove("CHEIRON_FROM")
+            .env_remove("CHEIRON_SELF_SIGNED")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log)?)
+            .stderr(std::fs::File::create(log.with_extension("stderr.log"))?)
+            .spawn()?,
+    );
+    let pid = webhook.0.id();
+    eprintln!(
+        "[bench] memory: cheiron webhook pid {pid}, log {}",
+        log.display()
+    );
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()?;
+    let started = Instant::now();
+    loop {
+        if let Some(status) = webhook.0.try_wait()? {
+            return Err(format!("cheiron webhook exited ({status}); see {}", log.display()).into());
+        }
+        let ready = http
+            .get(format!("http://127.0.0.1:{admin_port}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().as_u16() == 200);
+        if ready {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            return Err("cheiron webhook not ready after 120 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "[bench] memory: /readyz 200 after {:.1?}; sampling VmRSS",
+        started.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let status = PathBuf::from(format!("/proc/{pid}/status"));
+    let (mut max_rss, mut hwm, mut anon, mut file) = (0, 0, 0, 0);
+    for _ in 0..SAMPLES {
+        let text = std::fs::read_to_string(&status)?;
+        let rss = kib(&text, "VmRSS:")?;
+        if rss >= max_rss {
+            max_rss = rss;
+            anon = kib(&text, "RssAnon:")?;
+            file = kib(&text, "RssFile:")?;
+        }
+        hwm = hwm.max(kib(&text, "VmHWM:")?);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    webhook.stop();
+    let mib = |k: u64| k as f64 / 1024.0;
+    eprintln!(
+        "[bench] memory: VmRSS max {:.1} MiB (RssAnon {:.1}, RssFile {:.1}), VmHWM {:.1} MiB",
+        mib(max_rss),
+        mib(anon),
+        mib(file),
+        mib(hwm)
+    );
+    Ok(vec![row(
+        &format!(
+            "webhook RSS, cluster mode, {total_namespaces} namespaces + {total_managers} managers cached"
+        ),
+        format!(
+            "{:.1} MiB (max VmRSS of {SAMPLES} samples at 1 s, from 5 s after /readyz; RssAnon {:.1} + RssFile {:.1}; VmHWM {:.1})",
+            mib(max_rss),
+            mib(anon),
+            mib(file),
+            mib(hwm)
+        ),
+        "< 40 MiB",
+        Some(mib(max_rss) < 40.0),
+    )])
+}
+
+fn kib(status: &str, field: &str) -> Result<u64> {
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .ok_or_else(|| format!("no {field} in /proc/PID/status"))?;
+    let value = line
+        .trim_start_matches(field)
+        .trim()
+        .trim_end_matches("kB")
+        .trim();
+    Ok(value.parse()?)
+}
+
+async fn count_managers(client: &Client) -> Result<usize> {
+    let namespaced: Api<PartialObjectMeta<ImagePullSecretManager>> = Api::all(client.clone());
+    let cluster: Api<PartialObjectMeta<ClusterImagePullSecretManager>> = Api::all(client.clone());
+    Ok(namespaced
+        .list_metadata(&ListParams::default())
+        .await?
+        .items
+        .len()
+        + cluster
+            .list_metadata(&ListParams::default())
+            .await?
+            .items
+            .len())
+}
+
+/// The memory benchmark's webhook, killed on every way out.
+struct Guard(Child);
+
+impl Guard {
+    fn stop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// helpers
+
+async fn create_namespace(client: &Client, name: &str, labels: &[(&str, &str)]) -> Result<String> {
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .map_err(|e| format!("cannot create namespace {name}: {e}"))?;
+    Ok(name.to_owned())
+}
+
+/// `{"auths": {"registry.bench.example.com": {...}}}` for user `bench` and `password`.
+fn docker_config(password: &str) -> Value {
+    use base64::Engine;
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("bench:{password}"));
+    json!({"auths": {"registry.bench.example.com": {
+        "username": "bench", "password": password, "auth": auth,
+    }}})
+}
+
+fn docker_config_data(config: &Value) -> BTreeMap<String, ByteString> {
+    BTreeMap::from([(
+        ".dockerconfigjson".to_owned(),
+        ByteString(config.to_string().into_bytes()),
+    )])
+}
+
+fn docker_config_secret(name: &str, config: &Value, labels: &[(&str, &str)]) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+            ..ObjectMeta::default()
+        },
+        type_: Some(DOCKER_CONFIG_JSON.to_owned()),
+        data: Some(docker_config_data(config)),
+        ..Secret::default()
+    }
+}
+
+/// Whether a copy's `.dockerconfigjson` equals `config` (as JSON).
+fn holds(copy: &Secret, config: &Value) -> bool {
+    copy.data
+        .as_ref()
+        .and_then(|d| d.get(".dockerconfigjson"))
+        .and_then(|b| serde_json::from_slice::<Value>(&b.0).ok())
+        .is_some_and(|v| &v == config)
+}
+
+async fn create_source(client: &Client, ns: &str, name: &str, password: &str) -> Result {
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    api.create(
+        &PostParams::default(),
+        &docker_config_secret(name, &docker_config(password), &[]),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn replace_source(client: &Client, ns: &str, name: &str, password: &str) -> Result {
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let mut current = api.get(name).await?;
+    current.data = Some(docker_config_data(&docker_config(password)));
+    api.replace(name, &PostParams::default(), &current).await?;
+    Ok(())
+}
+
+async fn apply_cluster_manager(
+    scenario: &Scenario,
+    name: &str,
+    target: &str,
+    sources: &str,
+    source: &str,
+) -> Result {
+    scenario
+        .apply_manager(&format!(
+            "
+apiVersion: cheiron.anny.co/v1alpha1
+kind: ClusterImagePullSecretManager
+metadata:
+  name: {name}
+spec:
+  namespaceSelector:
+    matchLabels:
+      {TARGET}: {target}
+  secrets:
+    - existingSecretRef:
+        name: {source}
+        namespace: {sources}
+"
+        ))
+        .await?;
+    Ok(())
+}
+
+fn copies_selector(manager: &str) -> String {
+    format!(
+        "app.kubernetes.io/managed-by=cheiron,cheiron.anny.co/manager-kind=ClusterImagePullSecretManager,cheiron.anny.co/manager-name={manager}"
+    )
+}
+
+async fn copies_of(client: &Client, manager: &str) -> Result<Vec<Secret>> {
+    let all: Api<Secret> = Api::all(client.clone());
+    Ok(all
+        .list(&ListParams::default().labels(&copies_selector(manager)))
+        .await?
+        .items)
+}
+
+/// Calls `on_secret` for every copy of `manager` as it appears or changes.
+async fn watch_copies(client: Client, manager: String, on_secret: impl FnMut(&Secret)) {
+    watch_copies_with_sync(client, copies_selector(&manager), on_secret, || {}).await;
+}
+
+/// Calls `on_secret` for every Secret matching `selector` as it appears or changes, and
+/// `on_synced` once the initial list has been delivered.
+async fn watch_copies_with_sync(
+    client: Client,
+    selector: String,
+    mut on_secret: impl FnMut(&Secret),
+    mut on_synced: impl FnMut(),
+) {
+    let api: Api<Secret> = Api::all(client);
+    let config = watcher::Config::default().labels(&selector);
+    let mut events = watcher(api, config).boxed();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => on_secret(&s),
+            Ok(watcher::Event::InitDone) => on_synced(),
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("[bench]   watch error (retrying): {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
