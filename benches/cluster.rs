@@ -1,4 +1,4 @@
-//! Cluster benchmark (SPEC §8) on a real kube-apiserver, through the e2e harness (etcd,
+//! Cluster benchmark (docs/design.md §8) on a real kube-apiserver, through the e2e harness (etcd,
 //! kube-apiserver, kube-controller-manager from `tests/k8s/assets`, one shared webhook):
 //!
 //! 1. new namespace → its Secret present: p50/p99 over namespaces created one by one, with a

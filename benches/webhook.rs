@@ -1,4 +1,4 @@
-//! Webhook benchmark (SPEC §8): a ~17 KB Pod review from a ReplicaSet, 100 managers and 1 000
+//! Webhook benchmark (docs/design.md §8): a ~17 KB Pod review from a ReplicaSet, 100 managers and 1 000
 //! namespaces loaded, keep-alive TLS. Measures in one run:
 //! - the pure admission path (`admission::review`) per request, p50/p99;
 //! - the server's own handler time, from its latency histogram;
@@ -91,7 +91,7 @@ fn review_body() -> Result<Vec<u8>> {
     let mut review: serde_json::Value = serde_json::from_slice(&std::fs::read(path)?)?;
     review["request"]["namespace"] = "team-3".into();
     review["request"]["object"]["metadata"]["labels"]["app"] = "web0".into();
-    // Grow the first container's environment until the review is ~15 KB, as SPEC §8 specifies.
+    // Grow the first container's environment until the review is ~15 KB, as docs/design.md §8 specifies.
     let mut i = 0;
     while serde_json::to_vec(&review)?.len() < 15 * 1024 {
         let env = review["request"]["object"]["spec"]["containers"][0]["env"]

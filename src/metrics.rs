@@ -1,4 +1,4 @@
-//! Prometheus metrics (SPEC §7), served as OpenMetrics text on `/metrics` of the admin port.
+//! Prometheus metrics (docs/design.md §7), served as OpenMetrics text on `/metrics` of the admin port.
 //!
 //! Every label value is a `&'static str` from a closed set, so nothing a client sends can
 //! create new time series.

@@ -439,7 +439,7 @@ mod chart {
             without_client_config(&chart[0]),
             without_client_config(&built["webhooks"][0]),
             "charts/cheiron/templates/mutatingwebhookconfiguration.yaml has drifted from \
-             cheiron::install::WebhookRegistration (SPEC §5 defaults)"
+             cheiron::install::WebhookRegistration (docs/design.md §5 defaults)"
         );
         assert_eq!(
             chart[0]["clientConfig"],

@@ -1,4 +1,4 @@
-//! The `cheiron-certs` command line (SPEC §6). Each `Args::request` destructures every field,
+//! The `cheiron-certs` command line (docs/design.md §6). Each `Args::request` destructures every field,
 //! so a new flag cannot be silently ignored.
 
 use std::{fmt, net::IpAddr, path::PathBuf};

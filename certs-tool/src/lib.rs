@@ -1,4 +1,4 @@
-//! cheiron-certs: the webhook's CA and serving certificate (SPEC §2, §6).
+//! cheiron-certs: the webhook's CA and serving certificate (docs/design.md §2, §6).
 //!
 //! ```text
 //!  generate ──► Ca::generate ─► Ca::issue ─► ca.crt tls.crt tls.key (files)

@@ -24,7 +24,7 @@ pub const CERT_KEY: &str = "tls.crt";
 pub const KEY_KEY: &str = "tls.key";
 /// The CA certificate in the serving Secret.
 pub const CA_KEY: &str = "ca.crt";
-/// The label that marks what cheiron owns (SPEC §4; `cheiron::api::label::MANAGED_BY`, not
+/// The label that marks what cheiron owns (docs/design.md §4; `cheiron::api::label::MANAGED_BY`, not
 /// linked so that this tool stays small).
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// The value of [`MANAGED_BY`].

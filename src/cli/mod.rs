@@ -1,4 +1,4 @@
-//! The `cheiron` command line (SPEC §6). Each subcommand's `Args::run` destructures every
+//! The `cheiron` command line (docs/design.md §6). Each subcommand's `Args::run` destructures every
 //! field, so a new flag cannot be silently ignored.
 
 mod controller;

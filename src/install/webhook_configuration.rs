@@ -1,4 +1,4 @@
-//! The `MutatingWebhookConfiguration` with SPEC §5's safe defaults: failures ignored, short
+//! The `MutatingWebhookConfiguration` with docs/design.md §5's safe defaults: failures ignored, short
 //! timeout, no side effects, system and opted-out namespaces excluded before the request is
 //! even sent, and opted-out objects skipped by `matchConditions`.
 
@@ -69,7 +69,7 @@ pub struct WebhookRegistration {
 }
 
 impl WebhookRegistration {
-    /// A registration with the defaults of SPEC §5.
+    /// A registration with the defaults of docs/design.md §5.
     pub fn new(
         name: impl Into<String>,
         client: WebhookClient,

@@ -1,5 +1,5 @@
 //! Serving the two routers: accepting connections, TLS handshakes, one task per connection,
-//! and the SIGTERM sequence (SPEC §7).
+//! and the SIGTERM sequence (docs/design.md §7).
 
 use std::{io, net::SocketAddr, sync::Arc, time::Duration};
 
