@@ -16,11 +16,12 @@ use std::{
 
 use axum::{Router, body::Bytes, routing::post};
 use cheiron::{
+    admin::Readiness,
     admission,
     api::{ClusterImagePullSecretManager, ImagePullSecretManager},
     metrics::Metrics,
     policy::{Manager, NamespaceMeta, StaticView, View},
-    source::{Readiness, Source},
+    source::Source,
     tls::{CertResolver, server_config},
     webhook::{Listeners, Timing, serve},
 };

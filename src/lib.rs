@@ -1,13 +1,16 @@
 //! cheiron: distributes registry pull secrets to every Pod that should have them, at admission.
 
+pub mod admin;
 pub mod admission;
 pub mod api;
 pub mod cli;
 pub mod controller;
 pub mod install;
+pub mod message;
 pub mod metrics;
 pub mod policy;
 pub mod source;
 pub mod telemetry;
 pub mod tls;
+pub mod watch;
 pub mod webhook;

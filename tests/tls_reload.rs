@@ -19,9 +19,10 @@ use std::{
 };
 
 use cheiron::{
+    admin::Readiness,
     metrics::Metrics,
     policy::{StaticView, View},
-    source::{Readiness, Source},
+    source::Source,
     tls::RELOAD_PERIOD,
     webhook::{self, TlsSource, WebhookOptions},
 };

@@ -16,10 +16,11 @@ use std::{
 
 use base64::Engine;
 use cheiron::{
+    admin::Readiness,
     api::{ClusterImagePullSecretManager, ImagePullSecretManager},
     metrics::Metrics,
     policy::{Manager, NamespaceMeta, StaticView, View},
-    source::{Readiness, Source},
+    source::Source,
     tls::CertResolver,
     webhook::{self, Listeners, Timing, TlsSource, WebhookError, WebhookOptions},
 };

@@ -6,6 +6,7 @@ mod crd;
 mod entry;
 mod namespaced;
 pub mod rules;
+mod served;
 mod status;
 
 pub use cluster::{ClusterImagePullSecretManager, ClusterImagePullSecretManagerSpec};
@@ -13,6 +14,7 @@ pub use crd::{crds, crds_yaml};
 pub use entry::{Mode, PullSecretEntry, SecretKeyRef, SecretRef};
 pub use namespaced::{ImagePullSecretManager, ImagePullSecretManagerSpec};
 pub use rules::{InvalidSpec, validate_cluster, validate_namespaced};
+pub use served::{ApiCheckError, ensure_crds};
 pub use status::{ManagerStatus, NamespaceFailure};
 
 /// The API group of both manager kinds.
@@ -44,6 +46,11 @@ pub mod label {
     pub const MANAGER_NAME: &str = "cheiron.anny.co/manager-name";
     /// Namespace of the manager that owns a Secret (namespaced managers only).
     pub const MANAGER_NAMESPACE: &str = "cheiron.anny.co/manager-namespace";
+
+    /// The label selector of the Secrets cheiron writes.
+    pub fn managed_by_selector() -> String {
+        format!("{MANAGED_BY}={MANAGED_BY_VALUE}")
+    }
 }
 
 /// Finalizer cheiron puts on managers so that deleting one cleans up after it.

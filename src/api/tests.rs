@@ -161,3 +161,11 @@ fn crds_carry_names_scopes_printer_columns_status_and_cel_rules() -> TestResult 
     assert!(cluster_schema.contains("excludeNamespaces"));
     Ok(())
 }
+
+#[test]
+fn managed_secrets_are_selected_by_the_managed_by_label() {
+    assert_eq!(
+        label::managed_by_selector(),
+        "app.kubernetes.io/managed-by=cheiron"
+    );
+}

@@ -256,6 +256,33 @@ impl Manager {
     }
 }
 
+/// The managers that act, compiled and oldest first: those not being deleted (a manager
+/// being deleted injects nothing and claims nothing: its finalizer is removing what it added,
+/// and acting for it again would undo that). Managers that do not compile (the CRD schema
+/// should have rejected them) are returned apart for the caller to report.
+pub fn live_managers<'a>(
+    namespaced: impl IntoIterator<Item = &'a ImagePullSecretManager>,
+    cluster: impl IntoIterator<Item = &'a ClusterImagePullSecretManager>,
+) -> (Vec<Manager>, Vec<InvalidManager>) {
+    let namespaced = namespaced
+        .into_iter()
+        .filter(|m| m.metadata.deletion_timestamp.is_none())
+        .map(Manager::from_namespaced);
+    let cluster = cluster
+        .into_iter()
+        .filter(|m| m.metadata.deletion_timestamp.is_none())
+        .map(Manager::from_cluster);
+    let (mut live, mut invalid) = (Vec::new(), Vec::new());
+    for compiled in namespaced.chain(cluster) {
+        match compiled {
+            Ok(m) => live.push(m),
+            Err(e) => invalid.push(e),
+        }
+    }
+    live.sort_by(|a, b| a.seniority().cmp(&b.seniority()));
+    (live, invalid)
+}
+
 fn selector(
     manager: &ManagerId,
     field: &'static str,

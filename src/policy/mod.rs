@@ -10,7 +10,7 @@ mod view;
 mod tests;
 
 pub use glob::{InvalidGlob, NamespaceGlob};
-pub use manager::{InvalidManager, Manager, ManagerId, ManagerKind};
+pub use manager::{InvalidManager, Manager, ManagerId, ManagerKind, live_managers};
 pub use scope::Scope;
 pub use view::{NamespaceMeta, StaticView, View, WithNamespace};
 

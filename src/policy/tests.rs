@@ -364,3 +364,39 @@ fn invalid_selector_operator_is_reported_not_ignored() -> TestResult {
     assert!(message.contains("namespaceSelector"), "{message}");
     Ok(())
 }
+
+#[test]
+fn live_managers_leaves_out_those_being_deleted_and_orders_oldest_first() -> TestResult {
+    let parse_n = |v: serde_json::Value| serde_json::from_value::<ImagePullSecretManager>(v);
+    let parse_c = |v: serde_json::Value| serde_json::from_value::<ClusterImagePullSecretManager>(v);
+    let young = parse_n(serde_json::json!({
+        "apiVersion": "cheiron.anny.co/v1alpha1", "kind": "ImagePullSecretManager",
+        "metadata": {"name": "young", "namespace": "team", "creationTimestamp": "2026-03-01T00:00:00Z"},
+        "spec": {"secrets": [{"existingSecretRef": {"name": "a"}}]},
+    }))?;
+    let leaving = parse_n(serde_json::json!({
+        "apiVersion": "cheiron.anny.co/v1alpha1", "kind": "ImagePullSecretManager",
+        "metadata": {"name": "leaving", "namespace": "team", "creationTimestamp": "2026-01-01T00:00:00Z",
+                     "deletionTimestamp": "2026-04-01T00:00:00Z", "finalizers": ["cheiron.anny.co/cleanup"]},
+        "spec": {"secrets": [{"existingSecretRef": {"name": "b"}}]},
+    }))?;
+    let old = parse_c(serde_json::json!({
+        "apiVersion": "cheiron.anny.co/v1alpha1", "kind": "ClusterImagePullSecretManager",
+        "metadata": {"name": "old", "creationTimestamp": "2026-02-01T00:00:00Z"},
+        "spec": {"secrets": [{"existingSecretRef": {"name": "c", "namespace": "cheiron"}}]},
+    }))?;
+    let broken = parse_c(serde_json::json!({
+        "apiVersion": "cheiron.anny.co/v1alpha1", "kind": "ClusterImagePullSecretManager",
+        "metadata": {"name": "broken", "creationTimestamp": "2026-02-02T00:00:00Z"},
+        "spec": {"namespaces": ["BAD_GLOB!"], "secrets": [{"existingSecretRef": {"name": "d", "namespace": "cheiron"}}]},
+    }))?;
+    let (live, invalid) = live_managers([&young, &leaving], [&old, &broken]);
+    let names: Vec<&str> = live.iter().map(|m| m.id.name.as_str()).collect();
+    assert_eq!(names, ["old", "young"]);
+    assert_eq!(
+        invalid.len(),
+        1,
+        "the manager that does not compile is returned apart"
+    );
+    Ok(())
+}

@@ -28,6 +28,17 @@ impl NamespaceMeta {
             ..Self::default()
         }
     }
+
+    /// The policy's view of a Namespace's metadata.
+    pub fn from_metadata(
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> Self {
+        Self {
+            name: meta.name.clone().unwrap_or_default(),
+            labels: meta.labels.clone().unwrap_or_default(),
+            annotations: meta.annotations.clone().unwrap_or_default(),
+        }
+    }
 }
 
 /// A consistent read-only view for admission decisions.

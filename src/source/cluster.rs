@@ -10,11 +10,10 @@ use std::{
     },
 };
 
-use futures::{StreamExt, TryStreamExt, future};
+use futures::{StreamExt, future};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::{
     Api, Client, Resource,
-    api::ListParams,
     core::PartialObjectMeta,
     runtime::{
         WatchStreamExt,
@@ -26,34 +25,15 @@ use serde::de::DeserializeOwned;
 
 use futures::future::BoxFuture;
 
-use super::{NAMESPACE_LOOKUP_TIMEOUT, NamespaceIndex, NamespaceLookup, Readiness, Source};
+use super::{NAMESPACE_LOOKUP_TIMEOUT, NamespaceIndex, NamespaceLookup, Source};
 use crate::{
-    api::{ClusterImagePullSecretManager, ImagePullSecretManager, label},
-    policy::{Manager, NamespaceMeta, View},
-};
-
-/// Why the cluster source cannot start.
-#[derive(Debug, thiserror::Error)]
-pub enum ClusterSourceError {
-    /// The CRDs are not installed.
-    #[error(
-        "the cluster does not serve {0} (cheiron.anny.co/v1alpha1): install the CRDs first, e.g. `cheiron crds | kubectl apply -f -`"
-    )]
-    CrdsMissing(&'static str),
-    /// Any other API error on the first request.
-    #[error("cannot list {kind}: {source}")]
-    Api {
-        /// What was listed.
-        kind: &'static str,
-        /// The client error.
-        source: kube::Error,
+    admin::Readiness,
+    api::{
+        ApiCheckError, ClusterImagePullSecretManager, ImagePullSecretManager, ensure_crds, label,
     },
-}
-
-/// The label selector of the Secrets cheiron writes.
-pub fn managed_secrets_selector() -> String {
-    format!("{}={}", label::MANAGED_BY, label::MANAGED_BY_VALUE)
-}
+    policy::{Manager, NamespaceMeta, View, live_managers},
+    watch,
+};
 
 /// A [`Source`] over reflector stores. Not ready until every store has its first list.
 pub struct ClusterSource {
@@ -76,28 +56,15 @@ impl ClusterView {
     /// Recompiles the manager list from the two manager stores, oldest first. Invalid managers
     /// (which the CRD schema should have rejected) are logged and left out.
     fn recompile(&self) {
-        let mut managers: Vec<Manager> = Vec::new();
-        // A manager being deleted injects nothing: its finalizer is removing what it added,
-        // and admitting its names again would undo that.
-        let namespaced = self
-            .namespaced
-            .state()
-            .into_iter()
-            .filter(|m| m.metadata.deletion_timestamp.is_none())
-            .map(|m| Manager::from_namespaced(&m));
-        let cluster = self
-            .cluster
-            .state()
-            .into_iter()
-            .filter(|m| m.metadata.deletion_timestamp.is_none())
-            .map(|m| Manager::from_cluster(&m));
-        for compiled in namespaced.chain(cluster) {
-            match compiled {
-                Ok(m) => managers.push(m),
-                Err(e) => tracing::warn!(error = %e, "ignoring invalid manager"),
-            }
+        let namespaced = self.namespaced.state();
+        let cluster = self.cluster.state();
+        let (managers, invalid) = live_managers(
+            namespaced.iter().map(|m| &**m),
+            cluster.iter().map(|m| &**m),
+        );
+        for e in invalid {
+            tracing::warn!(error = %e, "ignoring invalid manager");
         }
-        managers.sort_by(|a, b| a.seniority().cmp(&b.seniority()));
         tracing::debug!(managers = managers.len(), "manager view updated");
         if let Ok(mut slot) = self.managers.write() {
             *slot = managers.into();
@@ -127,21 +94,17 @@ impl View for ClusterView {
     }
 }
 
-/// Lists one object to tell a missing CRD from other failures before watching.
-async fn probe<K>(api: Api<K>, kind: &'static str) -> Result<(), ClusterSourceError>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    match api.list_metadata(&ListParams::default().limit(1)).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.is_not_found() => {
-            Err(ClusterSourceError::CrdsMissing(kind))
-        }
-        Err(source) => Err(ClusterSourceError::Api { kind, source }),
-    }
+/// Only what the view reads is kept: managers' spec and creation time, Secrets' names.
+/// (kubectl's last-applied annotation alone doubles a manager.)
+fn trim<K: Resource>(o: &mut K) {
+    let meta = o.meta_mut();
+    meta.managed_fields = None;
+    meta.annotations = None;
+    meta.owner_references = None;
 }
 
-/// Runs one reflector until the process ends, calling `on_change` after each event.
+/// Runs one reflector until the process ends, calling `on_change` after each change (once
+/// per list, not once per listed object).
 async fn reflect<K>(
     api: Api<K>,
     config: watcher::Config,
@@ -151,40 +114,12 @@ async fn reflect<K>(
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Default,
 {
-    watcher(api, config)
-        .default_backoff()
-        .modify(|o| {
-            // Only what the view reads is kept: managers' spec and creation time, Secrets'
-            // names. (kubectl's last-applied annotation alone doubles a manager.)
-            let meta = o.meta_mut();
-            meta.managed_fields = None;
-            meta.annotations = None;
-            meta.owner_references = None;
-        })
-        .reflect(writer)
-        .inspect_err(|e| tracing::warn!(error = %e, kind = %K::kind(&Default::default()), "watch failed; retrying"))
-        .for_each(|event| {
-            // During the initial list, react once at InitDone rather than once per object.
-            if !matches!(event, Ok(watcher::Event::InitApply(_) | watcher::Event::Init)) {
-                on_change();
-            }
-            future::ready(())
-        })
-        .await;
-}
-
-/// Fails with a message saying how to install them when the cluster does not serve both CRDs.
-pub async fn ensure_crds(client: &Client) -> Result<(), ClusterSourceError> {
-    probe(
-        Api::<ImagePullSecretManager>::all(client.clone()),
-        "ImagePullSecretManager",
-    )
-    .await?;
-    probe(
-        Api::<ClusterImagePullSecretManager>::all(client.clone()),
-        "ClusterImagePullSecretManager",
-    )
-    .await
+    watch::reflect(api, config, writer, trim, |event| {
+        if watch::is_change(event) {
+            on_change();
+        }
+    })
+    .await;
 }
 
 impl ClusterSource {
@@ -192,7 +127,7 @@ impl ClusterSource {
     /// future that drives the watches (spawn it; it runs until dropped).
     pub async fn start(
         client: Client,
-    ) -> Result<(Arc<Self>, impl Future<Output = ()> + Send), ClusterSourceError> {
+    ) -> Result<(Arc<Self>, impl Future<Output = ()> + Send), ApiCheckError> {
         ensure_crds(&client).await?;
 
         let (namespaced, namespaced_writer) = reflector::store();
@@ -243,7 +178,7 @@ impl ClusterSource {
             }),
             reflect(
                 Api::<PartialObjectMeta<Secret>>::all(client),
-                watcher::Config::default().labels(&managed_secrets_selector()),
+                watcher::Config::default().labels(&label::managed_by_selector()),
                 secrets_writer,
                 || {},
             ),
@@ -392,13 +327,5 @@ mod tests {
         assert_eq!(view.secret_exists("team", "b"), Some(false));
         assert_eq!(view.secret_exists("other", "a"), Some(false));
         Ok(())
-    }
-
-    #[test]
-    fn managed_secrets_are_selected_by_the_managed_by_label() {
-        assert_eq!(
-            managed_secrets_selector(),
-            "app.kubernetes.io/managed-by=cheiron"
-        );
     }
 }

@@ -9,7 +9,8 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 use serde::{Deserialize, de::DeserializeOwned};
 
-use super::{Readiness, Source};
+use super::Source;
+use crate::admin::Readiness;
 use crate::{
     api::{
         ClusterImagePullSecretManager, GROUP, ImagePullSecretManager, VERSION, validate_cluster,

@@ -5,9 +5,7 @@ mod cluster;
 mod file;
 mod namespaces;
 
-pub use cluster::{
-    ClusterSource, ClusterSourceError, ClusterView, ensure_crds, managed_secrets_selector,
-};
+pub use cluster::{ClusterSource, ClusterView};
 pub use file::{FileSource, LoadError, load_paths};
 pub use namespaces::NamespaceIndex;
 
@@ -16,14 +14,10 @@ pub const NAMESPACE_LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::f
 
 use futures::future::BoxFuture;
 
-use crate::policy::{NamespaceMeta, View};
-
-/// Whether a component has the complete view it needs to act; `/readyz` reports it.
-pub trait Readiness: Send + Sync + 'static {
-    /// True once caches have synced; `/readyz` answers 503 until then, so the webhook never
-    /// admits with an empty view.
-    fn is_ready(&self) -> bool;
-}
+use crate::{
+    admin::Readiness,
+    policy::{NamespaceMeta, View},
+};
 
 /// The answer to a namespace lookup that missed the view.
 #[derive(Clone, Debug, PartialEq, Eq)]

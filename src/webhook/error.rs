@@ -30,9 +30,6 @@ pub enum RequestError {
     /// The AdmissionReview response could not be serialised (500).
     #[error("cannot encode the AdmissionReview response: {0}")]
     EncodeReview(#[source] serde_json::Error),
-    /// The metrics could not be encoded (500).
-    #[error("cannot encode metrics")]
-    EncodeMetrics(#[source] std::fmt::Error),
 }
 
 impl RequestError {
@@ -44,9 +41,7 @@ impl RequestError {
                 StatusCode::BAD_REQUEST
             }
             RequestError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            RequestError::EncodeReview(_) | RequestError::EncodeMetrics(_) => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            RequestError::EncodeReview(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -61,7 +56,6 @@ impl RequestError {
             RequestError::InvalidReview(InvalidReview::NotAReview(_)) => "not_a_review",
             RequestError::InvalidReview(InvalidReview::NoRequest) => "no_request",
             RequestError::EncodeReview(_) => "encode_review",
-            RequestError::EncodeMetrics(_) => "encode_metrics",
         }
     }
 }
@@ -69,7 +63,7 @@ impl RequestError {
 impl IntoResponse for RequestError {
     fn into_response(self) -> Response {
         let mut message = self.to_string();
-        truncate_at_char_boundary(&mut message, MAX_MESSAGE_BYTES);
+        crate::message::truncate(&mut message, MAX_MESSAGE_BYTES);
         message.push('\n');
         (
             self.status(),
@@ -78,18 +72,6 @@ impl IntoResponse for RequestError {
         )
             .into_response()
     }
-}
-
-fn truncate_at_char_boundary(message: &mut String, max: usize) {
-    if message.len() <= max {
-        return;
-    }
-    let mut end = max;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    message.truncate(end);
-    message.push('…');
 }
 
 #[cfg(test)]
@@ -148,8 +130,11 @@ mod tests {
             answer(RequestError::BodyTimeout).await.0,
             StatusCode::REQUEST_TIMEOUT
         );
+        let encode = serde_json::to_vec(&f64::NAN)
+            .and_then(|_| serde_json::from_str::<u8>("x"))
+            .unwrap_err();
         assert_eq!(
-            answer(RequestError::EncodeMetrics(std::fmt::Error)).await.0,
+            answer(RequestError::EncodeReview(encode)).await.0,
             StatusCode::INTERNAL_SERVER_ERROR
         );
     }

@@ -10,29 +10,22 @@
 //!                 admission::review(body, source.view())   (pure, on the request task)
 //! ```
 
-mod admin;
 mod error;
 mod mutate;
 mod server;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use axum::{
-    extract::{Request, State},
-    http::{HeaderValue, Version, header},
-    middleware::Next,
-    response::Response,
-};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-pub use admin::{AdminState, admin_router};
 pub use error::RequestError;
 pub use mutate::router;
 pub use server::{DRAIN_TIMEOUT, HANDSHAKE_TIMEOUT, Listeners, Timing, serve};
 
 pub use crate::tls::TlsSource;
 use crate::{
+    admin::{AdminState, Readiness},
     metrics::Metrics,
     source::Source,
     tls::{CertDir, CertResolver, RELOAD_PERIOD, TlsError},
@@ -86,7 +79,7 @@ impl WebhookState {
     /// State answering from `source` and recording into `metrics`, never shutting down and
     /// without a certificate to report.
     pub fn new(source: Arc<dyn Source>, metrics: Arc<Metrics>) -> Self {
-        let ready: Arc<dyn crate::source::Readiness> = source.clone();
+        let ready: Arc<dyn Readiness> = source.clone();
         Self {
             source,
             admin: AdminState::new(ready, metrics),
@@ -118,27 +111,6 @@ impl WebhookState {
     fn shutdown(&self) -> &CancellationToken {
         self.admin.shutdown()
     }
-}
-
-/// Middleware of both routers: once shutdown has begun, ask HTTP/1 clients to close the
-/// connection after this response, so they reconnect to a replica that is not leaving.
-/// (HTTP/2 clients get GOAWAY when the connections drain; `Connection` is not valid there.)
-async fn close_when_shutting_down(
-    State(shutdown): State<CancellationToken>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let http1 = matches!(
-        request.version(),
-        Version::HTTP_09 | Version::HTTP_10 | Version::HTTP_11
-    );
-    let mut response = next.run(request).await;
-    if http1 && shutdown.is_cancelled() {
-        response
-            .headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    response
 }
 
 /// Runs the webhook until `shutdown` is cancelled and connections have drained: loads or

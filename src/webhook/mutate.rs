@@ -18,8 +18,9 @@ use futures::StreamExt;
 use kube::core::{DynamicObject, admission::AdmissionReview};
 use serde_json::Value;
 
-use super::{BODY_TIMEOUT, MAX_BODY_BYTES, RequestError, WebhookState, close_when_shutting_down};
+use super::{BODY_TIMEOUT, MAX_BODY_BYTES, RequestError, WebhookState};
 use crate::{
+    admin::close_when_shutting_down,
     admission::{self, Admission, Outcome},
     policy::WithNamespace,
     source::NamespaceLookup,
@@ -172,9 +173,10 @@ mod tests {
 
     use super::*;
     use crate::{
+        admin::Readiness,
         metrics::Metrics,
         policy::{StaticView, View},
-        source::{Readiness, Source},
+        source::Source,
     };
 
     struct Empty(StaticView);

@@ -20,7 +20,8 @@ use tokio::{
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use super::{WebhookError, WebhookState, admin_router, router};
+use super::{WebhookError, WebhookState, router};
+use crate::admin::admin_router;
 use crate::{
     metrics::Metrics,
     source::Source,
