@@ -61,6 +61,22 @@ pub struct ReconcileLabels {
     pub kind: &'static str,
 }
 
+/// Labels of `cheiron_reconcile_errors_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileErrorLabels {
+    /// `ImagePullSecretManager` or `ClusterImagePullSecretManager`.
+    pub kind: &'static str,
+    /// What failed, e.g. `api`, `invalid_manager` or `cleanup`.
+    pub error: &'static str,
+}
+
+/// Labels of `cheiron_reconcile_issues_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IssueLabels {
+    /// What kept a namespace out of step, e.g. `unmanaged_secret` or `secret_write`.
+    pub issue: &'static str,
+}
+
 impl From<ManagerKind> for ReconcileLabels {
     fn from(kind: ManagerKind) -> Self {
         Self {
@@ -130,8 +146,11 @@ impl AdmissionMetrics {
 pub struct ReconcileMetrics {
     /// `cheiron_reconcile_runs_total{kind}`: reconciles started.
     pub runs: Family<ReconcileLabels, Counter>,
-    /// `cheiron_reconcile_errors_total{kind}`: reconciles that failed.
-    pub errors: Family<ReconcileLabels, Counter>,
+    /// `cheiron_reconcile_errors_total{kind, error}`: reconciles that failed, by what failed.
+    pub errors: Family<ReconcileErrorLabels, Counter>,
+    /// `cheiron_reconcile_issues_total{issue}`: per-namespace issues reconciles found (name
+    /// clashes, failed writes), by kind.
+    pub issues: Family<IssueLabels, Counter>,
     /// `cheiron_reconcile_duration_seconds{kind}`: time per reconcile.
     pub duration: HistogramFamily<ReconcileLabels>,
     /// `cheiron_secrets_written_total`: Secrets created or updated.
@@ -141,16 +160,26 @@ pub struct ReconcileMetrics {
 }
 
 impl ReconcileMetrics {
-    /// Records one finished reconcile of a manager of `kind`.
-    pub fn record(&self, kind: ManagerKind, elapsed: Duration, failed: bool) {
+    /// Records one finished reconcile of a manager of `kind`, failed with `error` if any.
+    pub fn record(&self, kind: ManagerKind, elapsed: Duration, error: Option<&'static str>) {
         let labels = ReconcileLabels::from(kind);
         self.runs.get_or_create(&labels).inc();
-        if failed {
-            self.errors.get_or_create(&labels).inc();
+        if let Some(error) = error {
+            self.errors
+                .get_or_create(&ReconcileErrorLabels {
+                    kind: labels.kind,
+                    error,
+                })
+                .inc();
         }
         self.duration
             .get_or_create(&labels)
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts one per-namespace issue of kind `issue`.
+    pub fn record_issue(&self, issue: &'static str) {
+        self.issues.get_or_create(&IssueLabels { issue }).inc();
     }
 }
 
@@ -186,6 +215,7 @@ impl Metrics {
         let reconcile = ReconcileMetrics {
             runs: Family::default(),
             errors: Family::default(),
+            issues: Family::default(),
             duration: Family::new_with_constructor(|| Histogram::new(RECONCILE_BUCKETS)),
             secrets_written: Counter::default(),
             service_accounts_patched: Counter::default(),
@@ -222,6 +252,11 @@ impl Metrics {
             "reconcile_errors",
             "Manager reconciles that failed",
             reconcile.errors.clone(),
+        );
+        registry.register(
+            "reconcile_issues",
+            "Per-namespace issues found by reconciles (name clashes, failed writes), by kind",
+            reconcile.issues.clone(),
         );
         registry.register_with_unit(
             "reconcile_duration",
@@ -323,13 +358,15 @@ mod tests {
         let metrics = Metrics::new();
         metrics
             .reconcile
-            .record(ManagerKind::Cluster, Duration::from_millis(20), true);
+            .record(ManagerKind::Cluster, Duration::from_millis(20), Some("api"));
+        metrics.reconcile.record_issue("unmanaged_secret");
         metrics.reconcile.secrets_written.inc();
         metrics.certificate_expiry.set(1_900_000_000);
         let text = metrics.encode().unwrap();
         for line in [
             r#"cheiron_reconcile_runs_total{kind="ClusterImagePullSecretManager"} 1"#,
-            r#"cheiron_reconcile_errors_total{kind="ClusterImagePullSecretManager"} 1"#,
+            r#"cheiron_reconcile_errors_total{kind="ClusterImagePullSecretManager",error="api"} 1"#,
+            r#"cheiron_reconcile_issues_total{issue="unmanaged_secret"} 1"#,
             "cheiron_secrets_written_total 1",
             "cheiron_service_accounts_patched_total 0",
             "cheiron_certificate_expiry_timestamp_seconds 1900000000",

@@ -25,8 +25,9 @@ use kube::{
 use serde_json::json;
 
 use super::{
-    Context, ControllerError,
+    context::Context,
     desired::{self, Fetched, SourceKey, source_key},
+    error::{ControllerError, Issue, IssueKind},
     kinds::{ManagerObject, ManagerRef},
     plan::{self, Stale, is_managed, labelled_owner},
     serviceaccount,
@@ -74,9 +75,11 @@ pub async fn reconcile<K: ManagerObject>(
         }
         other => other.map_err(|e| ControllerError::Finalizer(Box::new(e))),
     };
-    ctx.metrics
-        .reconcile
-        .record(K::KIND, started.elapsed(), result.is_err());
+    ctx.metrics.reconcile.record(
+        K::KIND,
+        started.elapsed(),
+        result.as_ref().err().map(ControllerError::kind),
+    );
     result
 }
 
@@ -123,19 +126,17 @@ async fn fetch_sources(
     Ok(fetched)
 }
 
-/// What writing the plan found.
-#[derive(Default)]
-struct Written {
-    conflicts: Vec<(String, String)>,
-    failures: Vec<(String, String)>,
-}
-
-async fn write_secrets(ctx: &Context, manager: &ManagerId, plan: &plan::Plan) -> Written {
+/// Creates and replaces the Secrets of `plan`, [`WRITE_CONCURRENCY`] at a time, and returns
+/// what could not be written.
+async fn write_secrets(ctx: &Context, manager: &ManagerId, plan: &plan::Plan) -> Vec<Issue> {
     enum Outcome {
         Written,
         Unmanaged(String, String),
-        Failed(String, String),
+        Failed(Issue),
     }
+    let failed = |namespace: String, message: String| {
+        Outcome::Failed(Issue::new(IssueKind::SecretWrite, namespace, message))
+    };
     let creates = plan.creates.iter().map(|s| (s.clone(), true));
     let updates = plan.updates.iter().map(|s| (s.clone(), false));
     let writes: Vec<(Secret, bool)> = creates.chain(updates).collect();
@@ -156,7 +157,7 @@ async fn write_secrets(ctx: &Context, manager: &ManagerId, plan: &plan::Plan) ->
                     }
                     Ok(_) => ctx.forget_clash(&namespace, &name),
                     Err(e) => {
-                        return Outcome::Failed(
+                        return failed(
                             namespace,
                             format!("reading Secret {name}: {}", describe(&e)),
                         );
@@ -175,12 +176,12 @@ async fn write_secrets(ctx: &Context, manager: &ManagerId, plan: &plan::Plan) ->
                         Outcome::Unmanaged(namespace, name)
                     }
                     // Ours after all (the cache lagged): the next reconcile compares it.
-                    _ => Outcome::Failed(
+                    _ => failed(
                         namespace,
                         format!("Secret {name} appeared meanwhile; retrying"),
                     ),
                 },
-                Err(e) => Outcome::Failed(
+                Err(e) => failed(
                     namespace,
                     format!("writing Secret {name}: {}", describe(&e)),
                 ),
@@ -189,7 +190,7 @@ async fn write_secrets(ctx: &Context, manager: &ManagerId, plan: &plan::Plan) ->
         .buffer_unordered(WRITE_CONCURRENCY)
         .collect()
         .await;
-    let mut written = Written::default();
+    let mut issues = Vec::new();
     for outcome in outcomes {
         match outcome {
             Outcome::Written => {
@@ -199,17 +200,18 @@ async fn write_secrets(ctx: &Context, manager: &ManagerId, plan: &plan::Plan) ->
                 if ctx.remember_clash(&namespace, &name) {
                     tracing::warn!(manager = %manager, namespace, name, "a Secret cheiron does not manage holds this name; left untouched");
                 }
-                written.conflicts.push((
+                issues.push(Issue::new(
+                    IssueKind::Unmanaged,
                     namespace,
                     format!(
                         "Secret {name} exists and is not managed by cheiron; it is left untouched"
                     ),
                 ));
             }
-            Outcome::Failed(namespace, message) => written.failures.push((namespace, message)),
+            Outcome::Failed(issue) => issues.push(issue),
         }
     }
-    written
+    issues
 }
 
 /// An API error as one line, without any object content.
@@ -277,11 +279,7 @@ async fn patch_service_account(
     ))
 }
 
-async fn backfill(
-    ctx: &Context,
-    manager: &Manager,
-    targets: &[NamespaceMeta],
-) -> Vec<(String, String)> {
+async fn backfill(ctx: &Context, manager: &Manager, targets: &[NamespaceMeta]) -> Vec<Issue> {
     let mut failures = Vec::new();
     for namespace in targets {
         for sa in ctx.service_accounts_in(&namespace.name) {
@@ -303,7 +301,8 @@ async fn backfill(
                     .await;
                 }
                 Ok(None) => {}
-                Err(message) => failures.push((
+                Err(message) => failures.push(Issue::new(
+                    IssueKind::ServiceAccount,
                     namespace.name.clone(),
                     format!("ServiceAccount {name}: {message}"),
                 )),
@@ -320,7 +319,7 @@ async fn remove_entries(
     namespace: &NamespaceMeta,
     names: &[String],
     others: &[Manager],
-) -> Vec<(String, String)> {
+) -> Vec<Issue> {
     let mut failures = Vec::new();
     for sa in ctx.service_accounts_in(&namespace.name) {
         let compute = |sa: &ServiceAccount| {
@@ -346,7 +345,8 @@ async fn remove_entries(
                 .await;
             }
             Ok(None) => {}
-            Err(message) => failures.push((
+            Err(message) => failures.push(Issue::new(
+                IssueKind::ServiceAccount,
                 namespace.name.clone(),
                 format!("ServiceAccount {name}: {message}"),
             )),
@@ -355,7 +355,7 @@ async fn remove_entries(
     failures
 }
 
-async fn delete_secret(ctx: &Context, stale: &Stale) -> Result<(), String> {
+async fn delete_secret(ctx: &Context, stale: &Stale) -> Result<(), Issue> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &stale.namespace);
     let params = DeleteParams {
         preconditions: Some(Preconditions {
@@ -367,7 +367,11 @@ async fn delete_secret(ctx: &Context, stale: &Stale) -> Result<(), String> {
     match api.delete(&stale.name, &params).await {
         Ok(_) => Ok(()),
         Err(e) if is_status(&e, 404) => Ok(()),
-        Err(e) => Err(format!("deleting Secret {}: {}", stale.name, describe(&e))),
+        Err(e) => Err(Issue::new(
+            IssueKind::SecretDelete,
+            stale.namespace.clone(),
+            format!("deleting Secret {}: {}", stale.name, describe(&e)),
+        )),
     }
 }
 
@@ -381,23 +385,21 @@ async fn remove(
     names: &BTreeMap<String, Vec<String>>,
     stale: &[Stale],
     others: &[Manager],
-) -> Vec<(String, String)> {
+) -> Vec<Issue> {
     let mut failures = Vec::new();
     for (namespace, names) in names {
-        let meta = ctx
-            .namespace(namespace)
-            .unwrap_or_else(|| NamespaceMeta::named(namespace.as_str()));
+        let meta = ctx.namespace_or_bare(namespace);
         failures.extend(remove_entries(ctx, &meta, names, others).await);
     }
     for s in stale {
-        if failures.iter().any(|(ns, _)| *ns == s.namespace) {
+        if failures.iter().any(|f: &Issue| f.namespace == s.namespace) {
             continue;
         }
         match delete_secret(ctx, s).await {
             Ok(()) => {
                 tracing::info!(manager = %manager, namespace = s.namespace, name = s.name, "removed a Secret no longer wanted")
             }
-            Err(message) => failures.push((s.namespace.clone(), message)),
+            Err(issue) => failures.push(issue),
         }
     }
     failures
@@ -434,11 +436,10 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         &claimants,
         &ctx.secrets.state(),
     );
-    let written = write_secrets(ctx, &id, &plan).await;
-    let mut conflicts = written.conflicts;
-    let mut failures = written.failures;
+    let mut issues = write_secrets(ctx, &id, &plan).await;
     for lost in &plan.lost {
-        conflicts.push((
+        issues.push(Issue::new(
+            IssueKind::ClaimedByOlder,
             lost.namespace.clone(),
             format!(
                 "Secret {} is claimed by the older {}",
@@ -453,7 +454,7 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         .cloned()
         .collect();
     if compiled.mode == crate::api::Mode::ServiceAccount {
-        failures.extend(backfill(ctx, &compiled, &targets).await);
+        issues.extend(backfill(ctx, &compiled, &targets).await);
     }
     let others: Vec<Manager> = claimants.iter().filter(|m| m.id != id).cloned().collect();
     let mut names: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -463,12 +464,14 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
             .or_default()
             .push(s.name.clone());
     }
-    failures.extend(remove(ctx, &id, &names, &plan.deletes, &others).await);
+    issues.extend(remove(ctx, &id, &names, &plan.deletes, &others).await);
+    for issue in &issues {
+        ctx.metrics.reconcile.record_issue(issue.kind.as_str());
+    }
 
-    let troubled: BTreeSet<&str> = conflicts
+    let troubled: BTreeSet<&str> = issues
         .iter()
-        .chain(&failures)
-        .map(|(ns, _)| ns.as_str())
+        .map(|i| i.namespace.as_str())
         .chain(plan.held.iter().map(|(ns, _)| ns.as_str()))
         .collect();
     let findings = Findings {
@@ -480,14 +483,13 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
             .filter(|t| !troubled.contains(t.as_str()))
             .count(),
         problems: desired.problems,
-        conflicts,
-        failures,
+        issues,
         inline_passwords: desired.inline_passwords,
         shadowed_registries: desired.shadowed_registries,
     };
-    let requeue = if !findings.failures.is_empty() {
+    let requeue = if findings.issues.iter().any(|i| !i.kind.is_conflict()) {
         RETRY_SOON
-    } else if !findings.conflicts.is_empty() {
+    } else if !findings.issues.is_empty() {
         RECHECK_CLASHES
     } else {
         ctx.resync
@@ -516,7 +518,10 @@ async fn write_status<K: ManagerObject>(
     let patch = json!({"status": next});
     api.patch_status(
         &manager.name_any(),
-        &PatchParams::default(),
+        &PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        },
         &Patch::Merge(&patch),
     )
     .await
@@ -585,8 +590,8 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
         })
         .collect();
     let failures = remove(ctx, &id, &names, &stale, &others).await;
-    if let Some((namespace, message)) = failures.first() {
-        return Err(ControllerError::Cleanup(format!("{namespace}: {message}")));
+    if let Some(issue) = failures.into_iter().next() {
+        return Err(ControllerError::Cleanup(issue));
     }
     ctx.sources.set(&id, []);
     tracing::info!(manager = %id, secrets = stale.len(), "cleaned up after a deleted manager");

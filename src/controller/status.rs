@@ -3,7 +3,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use super::desired::Problem;
+use super::{desired::Problem, error::Issue};
 use crate::api::{ManagerStatus, NamespaceFailure};
 
 /// Most per-namespace failures a status lists.
@@ -38,36 +38,30 @@ pub struct Findings {
     pub synced: usize,
     /// Source problems.
     pub problems: Vec<Problem>,
-    /// Name clashes, as `(namespace, message)`.
-    pub conflicts: Vec<(String, String)>,
-    /// Write failures, as `(namespace, message)`.
-    pub failures: Vec<(String, String)>,
+    /// What could not be done, per namespace: name clashes and failed writes.
+    pub issues: Vec<Issue>,
     /// Entries with inline passwords.
     pub inline_passwords: Vec<usize>,
     /// Registries shadowed in a merge.
     pub shadowed_registries: Vec<String>,
 }
 
-fn truncate(mut message: String) -> String {
-    if message.len() > MAX_MESSAGE {
-        let mut cut = MAX_MESSAGE;
-        while !message.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        message.truncate(cut);
-        message.push('…');
+impl Findings {
+    /// The name clashes, then the failed writes, each in the order found.
+    fn split_issues(&self) -> (Vec<&Issue>, Vec<&Issue>) {
+        self.issues.iter().partition(|i| i.kind.is_conflict())
     }
+}
+
+fn truncate(mut message: String) -> String {
+    crate::message::truncate(&mut message, MAX_MESSAGE);
     message
 }
 
 /// The `Ready` status, reason and message.
 fn ready(f: &Findings) -> (&'static str, &'static str, String) {
     let counts = format!("{}/{} namespaces synced", f.synced, f.targets);
-    let first = |list: &[(String, String)]| {
-        list.first()
-            .map(|(ns, m)| format!("{ns}: {m}"))
-            .unwrap_or_default()
-    };
+    let (conflicts, failures) = f.split_issues();
     let invalid: Vec<String> = f
         .problems
         .iter()
@@ -95,17 +89,17 @@ fn ready(f: &Findings) -> (&'static str, &'static str, String) {
         );
     }
     for (list, why) in [
-        (&f.conflicts, reason::CONFLICT),
-        (&f.failures, reason::SYNC_FAILED),
+        (&conflicts, reason::CONFLICT),
+        (&failures, reason::SYNC_FAILED),
     ] {
-        if !list.is_empty() {
+        if let Some(first) = list.first() {
             let more = list.len() - 1;
             let tail = if more > 0 {
                 format!(" (and {more} more)")
             } else {
                 String::new()
             };
-            return ("False", why, format!("{}{tail}; {counts}", first(list)));
+            return ("False", why, format!("{first}{tail}; {counts}"));
         }
     }
     let mut message = counts;
@@ -142,14 +136,14 @@ pub fn status(findings: &Findings, previous: Option<&ManagerStatus>, now: Time) 
         }
         _ => now,
     };
-    let failures = findings
-        .conflicts
-        .iter()
-        .chain(&findings.failures)
+    let (conflicts, failures) = findings.split_issues();
+    let failures = conflicts
+        .into_iter()
+        .chain(failures)
         .take(MAX_FAILURES)
-        .map(|(namespace, message)| NamespaceFailure {
-            namespace: namespace.clone(),
-            message: truncate(message.clone()),
+        .map(|issue| NamespaceFailure {
+            namespace: issue.namespace.clone(),
+            message: truncate(issue.message.clone()),
         })
         .collect();
     let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
@@ -182,6 +176,7 @@ pub fn ready_reason(status: Option<&ManagerStatus>) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::error::IssueKind;
 
     fn time(s: &str) -> Result<Time, serde_json::Error> {
         serde_json::from_value(serde_json::Value::from(s))
@@ -227,19 +222,32 @@ mod tests {
 
     #[test]
     fn reasons_follow_severity_and_failures_are_bounded() -> Result<(), serde_json::Error> {
-        let conflicts: Vec<(String, String)> = (0..30)
-            .map(|i| (format!("ns{i}"), "taken".to_owned()))
-            .collect();
+        let mut issues: Vec<Issue> = vec![Issue::new(
+            IssueKind::SecretWrite,
+            "ns-failed",
+            "writing Secret a: denied (403)",
+        )];
+        issues.extend((0..30).map(|i| Issue::new(IssueKind::Unmanaged, format!("ns{i}"), "taken")));
         let f = Findings {
-            targets: 30,
-            conflicts,
+            targets: 31,
+            issues,
             inline_passwords: vec![0],
             ..Findings::default()
         };
         let s = status(&f, None, time("2026-01-01T00:00:00Z")?);
         assert_eq!(s.conditions[0].reason, reason::CONFLICT);
-        assert!(s.conditions[0].message.contains("and 29 more"));
+        assert!(
+            s.conditions[0]
+                .message
+                .starts_with("ns0: taken (and 29 more)"),
+            "{}",
+            s.conditions[0].message
+        );
         assert_eq!(s.failures.len(), MAX_FAILURES);
+        assert_eq!(
+            s.failures[0].namespace, "ns0",
+            "conflicts are listed before failures"
+        );
         let missing = Findings {
             problems: vec![Problem::SourceMissing {
                 entry: 0,

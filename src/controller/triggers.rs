@@ -1,29 +1,24 @@
-//! What makes a manager reconcile besides its own changes: namespaces, ServiceAccounts and
-//! cheiron's Secrets changing (one watch each, shared by both kinds), and its source Secrets
-//! changing (one watch per named source, by field selector: never a cluster-wide Secret watch).
+//! What makes a manager reconcile besides its own changes: Namespaces, ServiceAccounts and
+//! cheiron's own Secrets changing (one watch each, shared by both kinds, each filling the
+//! cache the reconciles read), routed to the managers each change can concern. Source
+//! Secrets have their own watches (see [`super::source_watches`]).
 
-use std::{
-    collections::{HashMap, HashSet},
-    sync::{Arc, Mutex},
-};
-
-use futures::{StreamExt, channel::mpsc};
-use k8s_openapi::api::core::v1::Secret;
+use futures::{channel::mpsc, future};
+use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
 use kube::{
-    Api, Client,
+    Api, Client, ResourceExt,
     core::PartialObjectMeta,
     runtime::{
-        WatchStreamExt,
-        reflector::{ObjectRef, Store},
+        reflector::{ObjectRef, Store, store::Writer},
         watcher,
     },
 };
-use tokio::task::AbortHandle;
 
-use super::{desired::SourceKey, kinds::ManagerRef};
+use super::{kinds::ManagerRef, plan::labelled_owner};
 use crate::{
-    api::{ClusterImagePullSecretManager, ImagePullSecretManager, Mode},
-    policy::{Manager, ManagerId, NamespaceMeta},
+    api::{ClusterImagePullSecretManager, ImagePullSecretManager, Mode, label},
+    policy::{Manager, NamespaceMeta},
+    watch,
 };
 
 /// Senders into the two controllers' `reconcile_on` streams.
@@ -114,117 +109,84 @@ impl Triggers {
     }
 }
 
-/// One metadata watch per source Secret a manager names, each triggering the managers that
-/// read it, so a rotation reaches the copies within seconds.
-pub struct SourceWatches {
-    client: Client,
-    triggers: Triggers,
-    state: Arc<Mutex<SourceState>>,
+/// The writers of the caches that the routed watches fill.
+pub(super) struct Writers {
+    pub namespaces: Writer<PartialObjectMeta<Namespace>>,
+    pub secrets: Writer<Secret>,
+    pub service_accounts: Writer<ServiceAccount>,
 }
 
-#[derive(Default)]
-struct SourceState {
-    readers: HashMap<SourceKey, HashSet<ManagerId>>,
-    watches: HashMap<SourceKey, AbortHandle>,
-    by_manager: HashMap<ManagerId, HashSet<SourceKey>>,
+/// Where watch events are routed: the trigger senders, and the caches that say which
+/// managers a change can concern.
+#[derive(Clone)]
+pub(super) struct Routing {
+    pub triggers: Triggers,
+    pub namespaced: Store<ImagePullSecretManager>,
+    pub cluster: Store<ClusterImagePullSecretManager>,
+    pub namespaces: Store<PartialObjectMeta<Namespace>>,
 }
 
-impl SourceWatches {
-    /// No watches yet.
-    pub fn new(client: Client, triggers: Triggers) -> Self {
-        Self {
-            client,
-            triggers,
-            state: Arc::default(),
-        }
-    }
-
-    /// Records that `manager` reads exactly `keys`, starting and stopping watches to match.
-    pub fn set(&self, manager: &ManagerId, keys: impl IntoIterator<Item = SourceKey>) {
-        let keys: HashSet<SourceKey> = keys.into_iter().collect();
-        let Ok(mut state) = self.state.lock() else {
-            return;
-        };
-        let previous = state.by_manager.remove(manager).unwrap_or_default();
-        for gone in previous.difference(&keys) {
-            let unread = state.readers.get_mut(gone).is_some_and(|r| {
-                r.remove(manager);
-                r.is_empty()
-            });
-            if unread {
-                state.readers.remove(gone);
-                if let Some(watch) = state.watches.remove(gone) {
-                    watch.abort();
+/// Watches Namespaces (metadata only), cheiron's own Secrets (label selector) and
+/// ServiceAccounts, keeps their caches through `writers`, and asks for a reconcile of the
+/// managers each change can concern. The initial lists route nothing: the controllers
+/// reconcile every manager once anyway. Runs until dropped.
+pub(super) async fn route(client: Client, writers: Writers, routing: Routing) {
+    let Writers {
+        namespaces,
+        secrets,
+        service_accounts,
+    } = writers;
+    let (r1, r2, r3) = (routing.clone(), routing.clone(), routing);
+    future::join3(
+        watch::reflect(
+            Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+            watcher::Config::default(),
+            namespaces,
+            watch::keep_all,
+            move |event| {
+                if let Some(ns) = changed(event) {
+                    r1.triggers
+                        .namespace_changed(&ns.name_any(), &r1.namespaced, &r1.cluster);
                 }
-            }
-        }
-        for key in &keys {
-            state
-                .readers
-                .entry(key.clone())
-                .or_default()
-                .insert(manager.clone());
-            if !state.watches.contains_key(key) {
-                let task = watch_source(
-                    self.client.clone(),
-                    key.clone(),
-                    self.triggers.clone(),
-                    self.state.clone(),
-                );
-                state
-                    .watches
-                    .insert(key.clone(), tokio::spawn(task).abort_handle());
-            }
-        }
-        if !keys.is_empty() {
-            state.by_manager.insert(manager.clone(), keys);
-        }
-    }
-}
-
-impl Drop for SourceWatches {
-    fn drop(&mut self) {
-        if let Ok(state) = self.state.lock() {
-            for watch in state.watches.values() {
-                watch.abort();
-            }
-        }
-    }
-}
-
-/// Watches one Secret by name (metadata only) and triggers its readers on every change.
-async fn watch_source(
-    client: Client,
-    key: SourceKey,
-    triggers: Triggers,
-    state: Arc<Mutex<SourceState>>,
-) {
-    let (namespace, name) = &key;
-    let api: Api<PartialObjectMeta<Secret>> = Api::namespaced(client, namespace);
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = watcher(api, config).default_backoff().boxed();
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(
-                watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitApply(_),
-            ) => {
-                let readers: Vec<ManagerId> = state
-                    .lock()
-                    .map(|s| {
-                        s.readers
-                            .get(&key)
-                            .map(|r| r.iter().cloned().collect())
-                            .unwrap_or_default()
-                    })
-                    .unwrap_or_default();
-                for reader in &readers {
-                    triggers.send(ManagerRef::from(reader));
+            },
+        ),
+        watch::reflect(
+            Api::<Secret>::all(client.clone()),
+            watcher::Config::default().labels(&label::managed_by_selector()),
+            secrets,
+            watch::keep_all,
+            move |event| {
+                if let Some(owner) = changed(event).and_then(labelled_owner) {
+                    r2.triggers.send(ManagerRef::from(&owner));
                 }
-            }
-            Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
-            Err(e) => {
-                tracing::warn!(source = %format!("{namespace}/{name}"), error = %e, "source watch failed; retrying")
-            }
-        }
+            },
+        ),
+        watch::reflect(
+            Api::<ServiceAccount>::all(client),
+            watcher::Config::default(),
+            service_accounts,
+            watch::keep_all,
+            move |event| {
+                if let Some(sa) = changed(event) {
+                    let ns = sa.namespace().unwrap_or_default();
+                    let meta = r3
+                        .namespaces
+                        .get(&ObjectRef::new(&ns))
+                        .map(|n| NamespaceMeta::from_metadata(&n.metadata))
+                        .unwrap_or_else(|| NamespaceMeta::named(ns.as_str()));
+                    r3.triggers
+                        .service_account_changed(&meta, &r3.namespaced, &r3.cluster);
+                }
+            },
+        ),
+    )
+    .await;
+}
+
+/// The object of an event that changes one object after the initial list.
+fn changed<K>(event: &watcher::Event<K>) -> Option<&K> {
+    match event {
+        watcher::Event::Apply(o) | watcher::Event::Delete(o) => Some(o),
+        watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone => None,
     }
 }

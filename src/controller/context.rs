@@ -1,0 +1,215 @@
+//! What every reconcile shares: the client, the caches, the Event recorder, metrics, the
+//! trigger senders, and the controller's small memories (known name clashes, failure counts
+//! for backoff). Reading the caches goes through here, so a reconcile never scans more than
+//! it needs to.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Secret, ServiceAccount};
+use kube::{
+    Client, Resource,
+    core::PartialObjectMeta,
+    runtime::{
+        events::{Event, EventType, Recorder},
+        reflector::{ObjectRef, Store},
+    },
+};
+
+use super::{kinds::ManagerRef, source_watches::SourceWatches, triggers::Triggers};
+use crate::{
+    api::{ClusterImagePullSecretManager, ImagePullSecretManager},
+    metrics::Metrics,
+    policy::{Manager, NamespaceMeta, live_managers},
+};
+
+/// What every reconcile shares.
+pub struct Context {
+    pub(super) client: Client,
+    pub(super) namespaced: Store<ImagePullSecretManager>,
+    pub(super) cluster: Store<ClusterImagePullSecretManager>,
+    pub(super) namespaces: Store<PartialObjectMeta<Namespace>>,
+    pub(super) secrets: Store<Secret>,
+    pub(super) service_accounts: Store<ServiceAccount>,
+    pub(super) recorder: Recorder,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) sources: SourceWatches,
+    pub(super) triggers: Triggers,
+    pub(super) resync: Duration,
+    failures: Mutex<HashMap<String, u32>>,
+    clashes: Mutex<HashSet<(String, String)>>,
+}
+
+/// The caches a [`Context`] reads, filled by the watches of [`super::triggers::route`].
+pub(super) struct Caches {
+    pub namespaced: Store<ImagePullSecretManager>,
+    pub cluster: Store<ClusterImagePullSecretManager>,
+    pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    pub secrets: Store<Secret>,
+    pub service_accounts: Store<ServiceAccount>,
+}
+
+impl Context {
+    /// A context over `caches`, writing through `client`.
+    pub(super) fn new(
+        client: Client,
+        caches: Caches,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+        triggers: Triggers,
+        resync: Duration,
+    ) -> Self {
+        let Caches {
+            namespaced,
+            cluster,
+            namespaces,
+            secrets,
+            service_accounts,
+        } = caches;
+        Self {
+            sources: SourceWatches::new(client.clone(), triggers.clone()),
+            client,
+            namespaced,
+            cluster,
+            namespaces,
+            secrets,
+            service_accounts,
+            recorder,
+            metrics,
+            triggers,
+            resync,
+            failures: Mutex::default(),
+            clashes: Mutex::default(),
+        }
+    }
+
+    /// Namespaces that are not being deleted, by name.
+    pub(super) fn live_namespaces(&self) -> Vec<NamespaceMeta> {
+        let mut all: Vec<NamespaceMeta> = self
+            .namespaces
+            .state()
+            .iter()
+            .filter(|ns| ns.metadata.deletion_timestamp.is_none())
+            .map(|ns| NamespaceMeta::from_metadata(&ns.metadata))
+            .collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    /// One namespace from the cache.
+    pub(super) fn namespace(&self, name: &str) -> Option<NamespaceMeta> {
+        self.namespaces
+            .get(&ObjectRef::new(name))
+            .map(|ns| NamespaceMeta::from_metadata(&ns.metadata))
+    }
+
+    /// One namespace from the cache, or a namespace with no labels if the cache lacks it.
+    pub(super) fn namespace_or_bare(&self, name: &str) -> NamespaceMeta {
+        self.namespace(name)
+            .unwrap_or_else(|| NamespaceMeta::named(name))
+    }
+
+    /// Managers of both kinds that act (see [`live_managers`]), oldest first.
+    pub(super) fn live_managers(&self) -> Vec<Manager> {
+        let namespaced = self.namespaced.state();
+        let cluster = self.cluster.state();
+        live_managers(
+            namespaced.iter().map(|m| &**m),
+            cluster.iter().map(|m| &**m),
+        )
+        .0
+    }
+
+    pub(super) fn service_accounts_in(&self, namespace: &str) -> Vec<Arc<ServiceAccount>> {
+        self.service_accounts
+            .state()
+            .into_iter()
+            .filter(|sa| sa.metadata.namespace.as_deref() == Some(namespace))
+            .collect()
+    }
+
+    /// Asks for a reconcile of every manager but `except`.
+    pub(super) fn trigger_all_but(&self, except: &ManagerRef) {
+        let namespaced = self
+            .namespaced
+            .state()
+            .into_iter()
+            .map(|m| ManagerRef::Namespaced(ObjectRef::from_obj(&*m)));
+        let cluster = self
+            .cluster
+            .state()
+            .into_iter()
+            .map(|m| ManagerRef::Cluster(ObjectRef::from_obj(&*m)));
+        for r in namespaced.chain(cluster) {
+            if r != *except {
+                self.triggers.send(r);
+            }
+        }
+    }
+
+    /// True when `namespace/name` is known to be held by a Secret cheiron does not manage.
+    pub(super) fn is_known_clash(&self, namespace: &str, name: &str) -> bool {
+        self.clashes
+            .lock()
+            .is_ok_and(|c| c.contains(&(namespace.to_owned(), name.to_owned())))
+    }
+
+    /// Remembers a clash; true when it is new (worth a warning).
+    pub(super) fn remember_clash(&self, namespace: &str, name: &str) -> bool {
+        self.clashes
+            .lock()
+            .is_ok_and(|mut c| c.insert((namespace.to_owned(), name.to_owned())))
+    }
+
+    pub(super) fn forget_clash(&self, namespace: &str, name: &str) {
+        if let Ok(mut c) = self.clashes.lock() {
+            c.remove(&(namespace.to_owned(), name.to_owned()));
+        }
+    }
+
+    /// Counts a failed reconcile of `r` and returns how many came before it.
+    pub(super) fn record_failure(&self, r: &ObjectReference) -> u32 {
+        let Ok(mut failures) = self.failures.lock() else {
+            return 0;
+        };
+        let n = failures.entry(failure_key(r)).or_insert(0);
+        *n = n.saturating_add(1);
+        *n - 1
+    }
+
+    pub(super) fn reset_failures(&self, r: &ObjectReference) {
+        if let Ok(mut failures) = self.failures.lock() {
+            failures.remove(&failure_key(r));
+        }
+    }
+
+    /// Publishes an Event; a failure to publish is logged, never fatal.
+    pub(super) async fn publish(&self, event: &Event, reference: &ObjectReference) {
+        if let Err(e) = self.recorder.publish(event, reference).await {
+            tracing::debug!(error = %e, "could not publish an Event");
+        }
+    }
+
+    pub(super) async fn publish_on_service_account(
+        &self,
+        sa: &ServiceAccount,
+        reason: &str,
+        note: &str,
+    ) {
+        let event = Event {
+            type_: EventType::Normal,
+            reason: reason.to_owned(),
+            note: Some(note.to_owned()),
+            action: "PatchServiceAccount".to_owned(),
+            secondary: None,
+        };
+        self.publish(&event, &sa.object_ref(&())).await;
+    }
+}
+
+fn failure_key(r: &ObjectReference) -> String {
+    format!("{:?}/{:?}/{:?}", r.kind, r.namespace, r.name)
+}

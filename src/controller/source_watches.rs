@@ -1,0 +1,135 @@
+//! One metadata watch per source Secret a manager names (by field selector: never a
+//! cluster-wide Secret watch), each triggering the managers that read it, so a rotation
+//! reaches the copies within seconds.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex},
+};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api, Client,
+    core::PartialObjectMeta,
+    runtime::{WatchStreamExt, watcher},
+};
+use tokio::task::AbortHandle;
+
+use super::{desired::SourceKey, kinds::ManagerRef, triggers::Triggers};
+use crate::policy::ManagerId;
+
+/// One metadata watch per source Secret a manager names, each triggering the managers that
+/// read it, so a rotation reaches the copies within seconds.
+pub struct SourceWatches {
+    client: Client,
+    triggers: Triggers,
+    state: Arc<Mutex<SourceState>>,
+}
+
+#[derive(Default)]
+struct SourceState {
+    readers: HashMap<SourceKey, HashSet<ManagerId>>,
+    watches: HashMap<SourceKey, AbortHandle>,
+    by_manager: HashMap<ManagerId, HashSet<SourceKey>>,
+}
+
+impl SourceWatches {
+    /// No watches yet.
+    pub fn new(client: Client, triggers: Triggers) -> Self {
+        Self {
+            client,
+            triggers,
+            state: Arc::default(),
+        }
+    }
+
+    /// Records that `manager` reads exactly `keys`, starting and stopping watches to match.
+    pub fn set(&self, manager: &ManagerId, keys: impl IntoIterator<Item = SourceKey>) {
+        let keys: HashSet<SourceKey> = keys.into_iter().collect();
+        let Ok(mut state) = self.state.lock() else {
+            return;
+        };
+        let previous = state.by_manager.remove(manager).unwrap_or_default();
+        for gone in previous.difference(&keys) {
+            let unread = state.readers.get_mut(gone).is_some_and(|r| {
+                r.remove(manager);
+                r.is_empty()
+            });
+            if unread {
+                state.readers.remove(gone);
+                if let Some(watch) = state.watches.remove(gone) {
+                    watch.abort();
+                }
+            }
+        }
+        for key in &keys {
+            state
+                .readers
+                .entry(key.clone())
+                .or_default()
+                .insert(manager.clone());
+            if !state.watches.contains_key(key) {
+                let task = watch_source(
+                    self.client.clone(),
+                    key.clone(),
+                    self.triggers.clone(),
+                    self.state.clone(),
+                );
+                state
+                    .watches
+                    .insert(key.clone(), tokio::spawn(task).abort_handle());
+            }
+        }
+        if !keys.is_empty() {
+            state.by_manager.insert(manager.clone(), keys);
+        }
+    }
+}
+
+impl Drop for SourceWatches {
+    fn drop(&mut self) {
+        if let Ok(state) = self.state.lock() {
+            for watch in state.watches.values() {
+                watch.abort();
+            }
+        }
+    }
+}
+
+/// Watches one Secret by name (metadata only) and triggers its readers on every change.
+async fn watch_source(
+    client: Client,
+    key: SourceKey,
+    triggers: Triggers,
+    state: Arc<Mutex<SourceState>>,
+) {
+    let (namespace, name) = &key;
+    let api: Api<PartialObjectMeta<Secret>> = Api::namespaced(client, namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = watcher(api, config).default_backoff().boxed();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(
+                watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitApply(_),
+            ) => {
+                let readers: Vec<ManagerId> = state
+                    .lock()
+                    .map(|s| {
+                        s.readers
+                            .get(&key)
+                            .map(|r| r.iter().cloned().collect())
+                            .unwrap_or_default()
+                    })
+                    .unwrap_or_default();
+                for reader in &readers {
+                    triggers.send(ManagerRef::from(reader));
+                }
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
+            Err(e) => {
+                tracing::warn!(source = %format!("{namespace}/{name}"), error = %e, "source watch failed; retrying")
+            }
+        }
+    }
+}
