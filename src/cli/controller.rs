@@ -6,11 +6,12 @@ use anyhow::Context as _;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use super::{AdminArgs, WebhookArgs};
+use super::{AdminArgs, ServeArgs};
 use crate::{
+    admin::{AdminState, serve_admin},
     controller::{self, ControllerOptions, ControllerReady, LeaderElection},
     metrics::Metrics,
-    webhook::{AdminState, admin_router},
+    source::ClusterSource,
 };
 
 /// Controller flags, shared by `controller` and `run`.
@@ -36,9 +37,16 @@ pub struct ControllerArgs {
         env = "CHEIRON_NO_LEADER_ELECTION"
     )]
     pub no_leader_election: bool,
-    /// Namespace of the Lease (default: POD_NAMESPACE, else the client's default namespace).
+    /// Namespace of the Lease (default: --pod-namespace, else the client's default namespace).
     #[arg(long, value_name = "NS", env = "CHEIRON_LEADER_ELECTION_NAMESPACE")]
     pub leader_election_namespace: Option<String>,
+    /// This replica's name: its leader-election identity and the reporting instance of its
+    /// Events (in a cluster, the Pod name from the downward API; default: $HOSTNAME).
+    #[arg(long, value_name = "NAME", env = "CHEIRON_POD_NAME")]
+    pub pod_name: Option<String>,
+    /// The namespace this replica runs in (in a cluster, from the downward API).
+    #[arg(long, value_name = "NS", env = "CHEIRON_POD_NAMESPACE")]
+    pub pod_namespace: Option<String>,
     /// Name of the Lease.
     #[arg(
         long,
@@ -55,11 +63,12 @@ pub struct ControllerArgs {
         env = "CHEIRON_LEASE_DURATION"
     )]
     pub lease_duration: u64,
-    /// Seconds between full reconciles of every manager (repairs unannounced drift).
+    /// Seconds between full reconciles of every manager (repairs unannounced drift); at least 10.
     #[arg(
         long,
         value_name = "SECONDS",
         default_value_t = 600,
+        value_parser = clap::value_parser!(u64).range(10..),
         env = "CHEIRON_RESYNC"
     )]
     pub resync: u64,
@@ -78,12 +87,18 @@ impl ControllerArgs {
             leader_election,
             no_leader_election,
             leader_election_namespace,
+            pod_name,
+            pod_namespace,
             leader_election_id,
             lease_duration,
             resync,
         } = self;
+        let instance = pod_name
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "cheiron".to_owned());
         let options = ControllerOptions {
-            resync: Duration::from_secs(resync.max(10)),
+            resync: Duration::from_secs(resync),
+            instance,
             ..ControllerOptions::default()
         };
         if no_leader_election || !leader_election {
@@ -91,7 +106,7 @@ impl ControllerArgs {
             return Ok(());
         }
         let namespace = leader_election_namespace
-            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .or(pod_namespace)
             .unwrap_or_else(|| client.default_namespace().to_owned());
         let election = LeaderElection {
             namespace,
@@ -158,18 +173,12 @@ impl ControllerCommand {
         let client = client().await?;
         let metrics = Arc::new(Metrics::new());
         let ready = Arc::new(ControllerReady::default());
-        let listener = tokio::net::TcpListener::bind(admin_listen)
-            .await
-            .with_context(|| format!("cannot listen on {admin_listen}"))?;
-        let admin = admin_router(
-            AdminState::new(ready.clone(), metrics.clone()).with_shutdown(shutdown.clone()),
-        );
-        let stop = shutdown.clone();
-        let admin_server = tokio::spawn(async move {
-            axum::serve(listener, admin)
-                .with_graceful_shutdown(stop.cancelled_owned())
+        let admin = AdminState::new(ready.clone(), metrics.clone()).with_shutdown(shutdown.clone());
+        let admin_server = tokio::spawn(
+            serve_admin(admin_listen, admin)
                 .await
-        });
+                .with_context(|| format!("cannot listen on {admin_listen}"))?,
+        );
         tracing::info!(%admin_listen, "controller admin server listening");
         let result = controller
             .run(client, metrics, ready, shutdown.clone())
@@ -181,10 +190,11 @@ impl ControllerCommand {
 }
 
 /// Arguments of `cheiron run`: the webhook on every replica, the controller on the leader.
+/// Cluster mode only, so it has no `--from`.
 #[derive(Args, Debug, Clone)]
 pub struct RunCommand {
     #[command(flatten)]
-    webhook: WebhookArgs,
+    webhook: ServeArgs,
     #[command(flatten)]
     controller: ControllerArgs,
 }
@@ -196,11 +206,6 @@ impl RunCommand {
             webhook,
             controller,
         } = self;
-        if !webhook.from.is_empty() {
-            anyhow::bail!(
-                "cheiron run needs a cluster: --from is for `cheiron webhook` in static mode"
-            );
-        }
         let client = client().await?;
         let metrics = Arc::new(Metrics::new());
         let ready = Arc::new(ControllerReady::default());
@@ -208,9 +213,12 @@ impl RunCommand {
             let (client, metrics, shutdown) = (client.clone(), metrics.clone(), shutdown.clone());
             tokio::spawn(async move { controller.run(client, metrics, ready, shutdown).await })
         };
-        let served = webhook
-            .run_with(Some(client), metrics, shutdown.clone())
-            .await;
+        let served = async {
+            let (source, watches) = ClusterSource::start(client).await?;
+            tokio::spawn(watches);
+            webhook.run(source, metrics, shutdown.clone()).await
+        }
+        .await;
         shutdown.cancel();
         let controlled = controller_task.await.context("controller task")?;
         served.and(controlled)
@@ -232,6 +240,14 @@ mod tests {
     fn elected(argv: &[&str]) -> Result<bool, clap::Error> {
         let args = Test::try_parse_from(std::iter::once("test").chain(argv.iter().copied()))?.args;
         Ok(args.leader_election && !args.no_leader_election)
+    }
+
+    #[test]
+    fn resync_below_ten_seconds_is_refused_not_clamped() {
+        let parse = |v: &str| Test::try_parse_from(["test", "--resync", v]).map(|t| t.args.resync);
+        assert_eq!(parse("10").ok(), Some(10));
+        let error = parse("5").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains("--resync"), "{error}");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 pub use controller::{ControllerArgs, ControllerCommand, RunCommand};
 pub use manifests::ManifestsArgs;
 pub use mutate::{MutateArgs, OutputFormat};
-pub use webhook::{AdminArgs, TlsArgs, WebhookArgs};
+pub use webhook::{AdminArgs, ServeArgs, TlsArgs, WebhookArgs};
 
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;

@@ -51,9 +51,9 @@ impl TlsArgs {
     }
 }
 
-/// Arguments of `cheiron webhook`.
+/// How the webhook serves, whatever its source: shared by `cheiron webhook` and `cheiron run`.
 #[derive(Args, Debug, Clone)]
-pub struct WebhookArgs {
+pub struct ServeArgs {
     /// HTTPS address of POST /mutate.
     #[arg(
         long,
@@ -66,6 +66,43 @@ pub struct WebhookArgs {
     pub admin: AdminArgs,
     #[command(flatten)]
     pub tls: TlsArgs,
+    /// Seconds to keep serving after SIGTERM while /readyz already fails, so that endpoints
+    /// are updated before connections drain.
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = parse_seconds, env = "CHEIRON_SHUTDOWN_DELAY")]
+    pub shutdown_delay: Duration,
+}
+
+impl ServeArgs {
+    /// Serves admission from `source` until `shutdown` is cancelled and connections have
+    /// drained.
+    pub async fn run(
+        self,
+        source: Arc<dyn Source>,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let Self {
+            listen,
+            admin: AdminArgs { admin_listen },
+            tls,
+            shutdown_delay,
+        } = self;
+        let options = WebhookOptions {
+            listen,
+            admin_listen,
+            tls: tls.source(),
+            shutdown_delay,
+        };
+        webhook::run(options, source, metrics, shutdown).await?;
+        Ok(())
+    }
+}
+
+/// Arguments of `cheiron webhook`.
+#[derive(Args, Debug, Clone)]
+pub struct WebhookArgs {
+    #[command(flatten)]
+    pub serve: ServeArgs,
     /// Static mode: read managers and Namespaces from these files or directories instead of
     /// the cluster.
     #[arg(
@@ -75,10 +112,6 @@ pub struct WebhookArgs {
         value_delimiter = ','
     )]
     pub from: Vec<PathBuf>,
-    /// Seconds to keep serving after SIGTERM while /readyz already fails, so that endpoints
-    /// are updated before connections drain.
-    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = parse_seconds, env = "CHEIRON_SHUTDOWN_DELAY")]
-    pub shutdown_delay: Duration,
 }
 
 /// Parses `5`, `0.5` or `5s` as a duration in seconds.
@@ -94,31 +127,11 @@ fn parse_seconds(text: &str) -> Result<Duration, String> {
 impl WebhookArgs {
     /// Serves until `shutdown` is cancelled and connections have drained.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        self.run_with(None, Arc::new(Metrics::new()), shutdown)
-            .await
-    }
-
-    /// Like [`Self::run`], with a client already made (for `cheiron run`) and shared metrics.
-    pub async fn run_with(
-        self,
-        client: Option<kube::Client>,
-        metrics: Arc<Metrics>,
-        shutdown: CancellationToken,
-    ) -> anyhow::Result<()> {
-        let Self {
-            listen,
-            admin: AdminArgs { admin_listen },
-            tls,
-            from,
-            shutdown_delay,
-        } = self;
+        let Self { serve, from } = self;
         let source: Arc<dyn Source> = if from.is_empty() {
-            let client = match client {
-                Some(client) => client,
-                None => kube::Client::try_default().await.context(
-                    "cannot reach the cluster (set KUBECONFIG, run in a Pod, or use --from for static mode)",
-                )?,
-            };
+            let client = kube::Client::try_default().await.context(
+                "cannot reach the cluster (set KUBECONFIG, run in a Pod, or use --from for static mode)",
+            )?;
             let (source, watches) = ClusterSource::start(client).await?;
             tokio::spawn(watches);
             source
@@ -127,14 +140,7 @@ impl WebhookArgs {
             tracing::info!(paths = ?from, "static mode");
             Arc::new(source)
         };
-        let options = WebhookOptions {
-            listen,
-            admin_listen,
-            tls: tls.source(),
-            shutdown_delay,
-        };
-        webhook::run(options, source, metrics, shutdown).await?;
-        Ok(())
+        serve.run(source, Arc::new(Metrics::new()), shutdown).await
     }
 }
 

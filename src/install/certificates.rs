@@ -13,7 +13,7 @@ use k8s_openapi::{
     apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
 };
 
-use super::manifests::{CERTIFICATES, Install, NAME, TLS_SECRET};
+use super::installation::{CERTIFICATES, Install, NAME, TLS_SECRET};
 
 const COMPONENT: &str = "certificates";
 

@@ -3,16 +3,18 @@
 //! registration, least-privilege RBAC, the Deployment and the certificate Job.
 
 mod certificates;
+mod installation;
 mod manifests;
 pub mod rbac;
 mod webhook_configuration;
 mod workload;
 
 pub use certificates::{JOB_TTL_SECONDS, create_args, patch_args};
-pub use manifests::{
-    ADMIN_PORT, CERTIFICATES, DEFAULT_NAMESPACE, Install, LEASE, ManifestError, ManifestFile, NAME,
-    RUN_AS, SERVICE_PORT, SHUTDOWN_DELAY_SECONDS, TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR,
-    TLS_SECRET, WEBHOOK_PORT, default_image,
+pub use installation::{
+    ADMIN_PORT, CERTIFICATES, DEFAULT_NAMESPACE, Install, LEASE, NAME, RUN_AS, SERVICE_PORT,
+    SHUTDOWN_DELAY_SECONDS, TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR, TLS_SECRET, WEBHOOK_PORT,
+    default_image,
 };
+pub use manifests::{ManifestError, ManifestFile};
 pub use webhook_configuration::{FailurePolicy, WebhookClient, WebhookRegistration};
 pub use workload::run_args;

@@ -22,7 +22,7 @@ use k8s_openapi::{
     },
 };
 
-use super::manifests::{
+use super::installation::{
     ADMIN_PORT, Install, LEASE, NAME, SERVICE_PORT, SHUTDOWN_DELAY_SECONDS,
     TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR, TLS_SECRET, WEBHOOK_PORT,
 };
@@ -155,8 +155,8 @@ pub fn deployment(install: &Install) -> Deployment {
         command: Some(vec!["cheiron".to_owned()]),
         args: Some(run_args()),
         env: Some(vec![
-            field_env("POD_NAME", "metadata.name"),
-            field_env("POD_NAMESPACE", "metadata.namespace"),
+            field_env("CHEIRON_POD_NAME", "metadata.name"),
+            field_env("CHEIRON_POD_NAMESPACE", "metadata.namespace"),
         ]),
         ports: Some(vec![
             ContainerPort {

@@ -63,7 +63,7 @@ async fn only_the_lease_holder_reconciles_and_the_standby_takes_over_when_it_sto
                 .ok_or_else(|| "no holder".into())
         })
         .await?;
-    // The identity is `<POD_NAME>-<pid>`.
+    // The identity is `<CHEIRON_POD_NAME>-<pid>`.
     let leader_index = replicas
         .iter()
         .position(|r| holder_at_start.starts_with(&format!("{}-", r.name())))

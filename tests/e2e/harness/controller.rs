@@ -45,7 +45,7 @@ pub struct CheironProcess {
 
 impl CheironProcess {
     /// Starts `cheiron controller --admin-listen 127.0.0.1:PORT ARGS...` with
-    /// `POD_NAME=name` (the Events' reporting instance and the Lease identity's prefix),
+    /// `CHEIRON_POD_NAME=name` (the Events' reporting instance and the Lease identity's prefix),
     /// logging to `cheiron-<name>.log` in the run directory. Does not wait.
     pub fn controller(name: &str, args: &[&str]) -> Result<Self> {
         let [admin_port] = free_ports()?;
@@ -102,8 +102,8 @@ impl CheironProcess {
             .env("KUBECONFIG", cluster.admin_kubeconfig())
             .env("CHEIRON_LOG", "info,cheiron=debug")
             .env("NO_COLOR", "1")
-            .env("POD_NAME", name)
-            .env_remove("POD_NAMESPACE");
+            .env("CHEIRON_POD_NAME", name)
+            .env_remove("CHEIRON_POD_NAMESPACE");
         let process = Process::spawn(&format!("cheiron {name}"), &mut command, &log)?;
         Ok(Self {
             name: name.to_owned(),
@@ -114,7 +114,7 @@ impl CheironProcess {
         })
     }
 
-    /// The name it was started with (its `POD_NAME`).
+    /// The name it was started with (its `CHEIRON_POD_NAME`).
     pub fn name(&self) -> &str {
         &self.name
     }
