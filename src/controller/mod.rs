@@ -11,7 +11,8 @@
 //!                 desired (pure) → plan (pure) → writes → serviceaccount (pure) → status (pure)
 //! ```
 //!
-//! Dependencies run one way: `mod` → `reconcile` → `context` → `triggers`/`source_watches`.
+//! Dependencies run one way: `mod` → `reconcile` → `write` → `context` →
+//! `triggers`/`source_watches`.
 
 mod context;
 mod desired;
@@ -25,6 +26,7 @@ mod serviceaccount;
 mod source_watches;
 mod status;
 mod triggers;
+mod write;
 
 pub use dockerconfig::{DockerConfig, InvalidSource};
 pub use error::{ControllerError, Issue, IssueKind};

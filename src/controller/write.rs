@@ -1,0 +1,350 @@
+//! The API writes of a reconcile, each guarded so it cannot lose someone else's data:
+//! Secrets are created, or replaced and deleted with `resourceVersion`/`uid` preconditions
+//! and only when they carry cheiron's label; ServiceAccounts are patched with a `test` of
+//! their `resourceVersion` and recomputed from a fresh read when another writer got there
+//! first. What cannot be done becomes an [`Issue`] for the status, never a panic.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    time::Duration,
+};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
+};
+
+use super::{
+    context::Context,
+    desired::{Fetched, SourceKey},
+    error::{ControllerError, Issue, IssueKind},
+    plan::{self, Stale, is_managed},
+    serviceaccount,
+};
+use crate::policy::{Manager, ManagerId, NamespaceMeta};
+
+/// Field manager of every write.
+pub(super) const FIELD_MANAGER: &str = "cheiron";
+/// Writes in flight at once within one reconcile.
+const WRITE_CONCURRENCY: usize = 16;
+/// Attempts at a ServiceAccount patch that loses a race with another writer.
+const PATCH_ATTEMPTS: usize = 5;
+
+fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+/// Reads each source Secret directly (fresh data, no cluster-wide cache).
+pub(super) async fn fetch_sources(
+    ctx: &Context,
+    keys: &[SourceKey],
+) -> Result<HashMap<SourceKey, Fetched>, ControllerError> {
+    let mut fetched = HashMap::new();
+    for key in keys {
+        let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &key.0);
+        let secret = api.get_opt(&key.1).await.map_err(ControllerError::Kube)?;
+        fetched.insert(
+            key.clone(),
+            match secret {
+                None => Fetched::Missing,
+                Some(s) => Fetched::Present {
+                    secret_type: s.type_,
+                    data: s.data.unwrap_or_default(),
+                },
+            },
+        );
+    }
+    Ok(fetched)
+}
+
+/// Creates and replaces the Secrets of `plan`, [`WRITE_CONCURRENCY`] at a time, and returns
+/// what could not be written.
+pub(super) async fn write_secrets(
+    ctx: &Context,
+    manager: &ManagerId,
+    plan: &plan::Plan,
+) -> Vec<Issue> {
+    enum Outcome {
+        Written,
+        Unmanaged(String, String),
+        Failed(Issue),
+    }
+    let failed = |namespace: String, message: String| {
+        Outcome::Failed(Issue::new(IssueKind::SecretWrite, namespace, message))
+    };
+    let creates = plan.creates.iter().map(|s| (s.clone(), true));
+    let updates = plan.updates.iter().map(|s| (s.clone(), false));
+    let writes: Vec<(Secret, bool)> = creates.chain(updates).collect();
+    let outcomes: Vec<Outcome> = stream::iter(writes)
+        .map(|(secret, create)| async move {
+            let namespace = secret.metadata.namespace.clone().unwrap_or_default();
+            let name = secret.metadata.name.clone().unwrap_or_default();
+            let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+            let pp = PostParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PostParams::default()
+            };
+            // A name known to be held by someone else is read, not written again.
+            if create && ctx.is_known_clash(&namespace, &name) {
+                match api.get_opt(&name).await {
+                    Ok(Some(existing)) if !is_managed(&existing) => {
+                        return Outcome::Unmanaged(namespace, name);
+                    }
+                    Ok(_) => ctx.forget_clash(&namespace, &name),
+                    Err(e) => {
+                        return failed(
+                            namespace,
+                            format!("reading Secret {name}: {}", describe(&e)),
+                        );
+                    }
+                }
+            }
+            let result = if create {
+                api.create(&pp, &secret).await
+            } else {
+                api.replace(&name, &pp, &secret).await
+            };
+            match result {
+                Ok(_) => Outcome::Written,
+                Err(e) if create && is_status(&e, 409) => match api.get_opt(&name).await {
+                    Ok(Some(existing)) if !is_managed(&existing) => {
+                        Outcome::Unmanaged(namespace, name)
+                    }
+                    // Ours after all (the cache lagged): the next reconcile compares it.
+                    _ => failed(
+                        namespace,
+                        format!("Secret {name} appeared meanwhile; retrying"),
+                    ),
+                },
+                Err(e) => failed(
+                    namespace,
+                    format!("writing Secret {name}: {}", describe(&e)),
+                ),
+            }
+        })
+        .buffer_unordered(WRITE_CONCURRENCY)
+        .collect()
+        .await;
+    let mut issues = Vec::new();
+    for outcome in outcomes {
+        match outcome {
+            Outcome::Written => {
+                ctx.metrics.reconcile.secrets_written.inc();
+            }
+            Outcome::Unmanaged(namespace, name) => {
+                if ctx.remember_clash(&namespace, &name) {
+                    tracing::warn!(manager = %manager, namespace, name, "a Secret cheiron does not manage holds this name; left untouched");
+                }
+                issues.push(Issue::new(
+                    IssueKind::Unmanaged,
+                    namespace,
+                    format!(
+                        "Secret {name} exists and is not managed by cheiron; it is left untouched"
+                    ),
+                ));
+            }
+            Outcome::Failed(issue) => issues.push(issue),
+        }
+    }
+    issues
+}
+
+/// An API error as one line, without any object content.
+fn describe(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
+        other => other.to_string(),
+    }
+}
+
+fn references(sa: &ServiceAccount, name: &str) -> bool {
+    sa.image_pull_secrets
+        .iter()
+        .flatten()
+        .any(|r| r.name == name)
+}
+
+/// Patches one ServiceAccount (`removing`: the patch takes entries away), recomputing the
+/// patch from a fresh read when another writer got there first.
+async fn patch_service_account(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    first: Option<&ServiceAccount>,
+    removing: bool,
+    compute: impl Fn(&ServiceAccount) -> Option<(json_patch::Patch, Vec<String>)>,
+) -> Result<Option<Vec<String>>, String> {
+    let api: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), namespace);
+    let mut current = first.cloned();
+    for _ in 0..PATCH_ATTEMPTS {
+        let sa = match current.take() {
+            Some(sa) => sa,
+            None => match api.get_opt(name).await {
+                Ok(Some(sa)) => sa,
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(describe(&e)),
+            },
+        };
+        let Some((patch, names)) = compute(&sa) else {
+            return Ok(None);
+        };
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        match api.patch(name, &params, &Patch::<()>::Json(patch)).await {
+            // The patch also passes the webhook: if it put a removed name back (its view of a
+            // manager being deleted lagging), try again once the view has caught up.
+            Ok(stored) if removing && names.iter().any(|n| references(&stored, n)) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            Ok(_) => {
+                ctx.metrics.reconcile.service_accounts_patched.inc();
+                return Ok(Some(names));
+            }
+            // 409/422: the resourceVersion test failed; read again and recompute.
+            Err(e) if is_status(&e, 409) || is_status(&e, 422) => continue,
+            Err(e) if is_status(&e, 404) => return Ok(None),
+            Err(e) => return Err(describe(&e)),
+        }
+    }
+    Err(format!(
+        "ServiceAccount {name} kept changing under {PATCH_ATTEMPTS} attempts; retrying later"
+    ))
+}
+
+pub(super) async fn backfill(
+    ctx: &Context,
+    manager: &Manager,
+    targets: &[NamespaceMeta],
+) -> Vec<Issue> {
+    let mut failures = Vec::new();
+    for namespace in targets {
+        for sa in ctx.service_accounts_in(&namespace.name) {
+            if serviceaccount::backfill(&sa, namespace, manager).is_none() {
+                continue;
+            }
+            let name = sa.name_any();
+            match patch_service_account(ctx, &namespace.name, &name, Some(&sa), false, |sa| {
+                serviceaccount::backfill(sa, namespace, manager)
+            })
+            .await
+            {
+                Ok(Some(added)) => {
+                    ctx.publish_on_service_account(
+                        &sa,
+                        "PullSecretsAdded",
+                        &format!("cheiron added {} for {}", added.join(", "), manager.id),
+                    )
+                    .await;
+                }
+                Ok(None) => {}
+                Err(message) => failures.push(Issue::new(
+                    IssueKind::ServiceAccount,
+                    namespace.name.clone(),
+                    format!("ServiceAccount {name}: {message}"),
+                )),
+            }
+        }
+    }
+    failures
+}
+
+/// Removes from the ServiceAccounts of `namespace` the entries of `names` that cheiron added
+/// and that no other manager (`others`) still wants there.
+async fn remove_entries(
+    ctx: &Context,
+    namespace: &NamespaceMeta,
+    names: &[String],
+    others: &[Manager],
+) -> Vec<Issue> {
+    let mut failures = Vec::new();
+    for sa in ctx.service_accounts_in(&namespace.name) {
+        let compute = |sa: &ServiceAccount| {
+            let still_wanted = serviceaccount::wanted(sa, namespace, others.iter());
+            let remove: Vec<String> = names
+                .iter()
+                .filter(|n| !still_wanted.contains(n))
+                .cloned()
+                .collect();
+            serviceaccount::removal(sa, &remove)
+        };
+        if compute(&sa).is_none() {
+            continue;
+        }
+        let name = sa.name_any();
+        match patch_service_account(ctx, &namespace.name, &name, Some(&sa), true, compute).await {
+            Ok(Some(removed)) => {
+                ctx.publish_on_service_account(
+                    &sa,
+                    "PullSecretsRemoved",
+                    &format!("cheiron removed {}", removed.join(", ")),
+                )
+                .await;
+            }
+            Ok(None) => {}
+            Err(message) => failures.push(Issue::new(
+                IssueKind::ServiceAccount,
+                namespace.name.clone(),
+                format!("ServiceAccount {name}: {message}"),
+            )),
+        }
+    }
+    failures
+}
+
+async fn delete_secret(ctx: &Context, stale: &Stale) -> Result<(), Issue> {
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &stale.namespace);
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: stale.uid.clone(),
+            resource_version: stale.resource_version.clone(),
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&stale.name, &params).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_status(&e, 404) => Ok(()),
+        Err(e) => Err(Issue::new(
+            IssueKind::SecretDelete,
+            stale.namespace.clone(),
+            format!("deleting Secret {}: {}", stale.name, describe(&e)),
+        )),
+    }
+}
+
+/// Removes what `manager` put where it no longer belongs: first the ServiceAccount entries of
+/// `names` in each namespace (those cheiron added and no manager of `others` still wants),
+/// then the `stale` Secrets, so an interrupted cleanup is retried from the Secrets left. A
+/// Secret is kept while its namespace's ServiceAccounts could not be cleaned.
+pub(super) async fn remove(
+    ctx: &Context,
+    manager: &ManagerId,
+    names: &BTreeMap<String, Vec<String>>,
+    stale: &[Stale],
+    others: &[Manager],
+) -> Vec<Issue> {
+    let mut failures = Vec::new();
+    for (namespace, names) in names {
+        let meta = ctx.namespace_or_bare(namespace);
+        failures.extend(remove_entries(ctx, &meta, names, others).await);
+    }
+    for s in stale {
+        if failures.iter().any(|f: &Issue| f.namespace == s.namespace) {
+            continue;
+        }
+        match delete_secret(ctx, s).await {
+            Ok(()) => {
+                tracing::info!(manager = %manager, namespace = s.namespace, name = s.name, "removed a Secret no longer wanted")
+            }
+            Err(issue) => failures.push(issue),
+        }
+    }
+    failures
+}
+
+#[cfg(test)]
+mod tests;
