@@ -1,13 +1,16 @@
-//! The admission webhook as a library: the HTTPS router (`POST /mutate`), the plain-HTTP admin
-//! router (`/healthz`, `/readyz`, `/metrics`), and the server that runs both with TLS,
+//! The admission webhook as a library: the HTTPS router (`POST /mutate`) and the server that
+//! runs it beside the admin router of [`crate::admin`] with TLS,
 //! certificate reload and graceful shutdown. `cheiron webhook` is a thin shell around [`run`];
 //! tests build the routers or call [`serve`] on sockets bound to port 0.
 //!
 //! ```text
-//!              HTTPS :8443                         HTTP :8080
-//!   TLS (CertResolver, ArcSwap) ─► router      admin_router ─► /healthz /readyz /metrics
-//!                                    │
-//!                 admission::review(body, source.view())   (pure, on the request task)
+//!              HTTPS :8443                                   HTTP :8080 (crate::admin)
+//!   TLS (CertResolver, ArcSwap) ─► router: POST /mutate       /healthz /readyz /metrics
+//!                                    │ read body (≤ 3 MiB, BODY_TIMEOUT)
+//!                                    │ admission::parse(body) ─► Review      (pure)
+//!                                    │ namespace not in the view? source.lookup_namespace
+//!                                    │ review.answer(view) ─► Admission      (pure)
+//!                                    └ metrics, one debug line (never the object)
 //! ```
 
 mod error;
