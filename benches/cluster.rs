@@ -14,11 +14,6 @@
 //!
 //! Run: `cargo bench --bench cluster`. Progress goes to stderr, the results table to stdout.
 
-// The harness serves several binaries; each uses only part of it.
-#[allow(dead_code, unused_imports)]
-#[path = "../tests/e2e/harness/mod.rs"]
-mod harness;
-
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     fmt::Write as _,
@@ -28,12 +23,12 @@ use std::{
 };
 
 use cheiron::api::{ClusterImagePullSecretManager, ImagePullSecretManager};
-use futures::{StreamExt, TryStreamExt, stream};
-use harness::{
-    Result, Scenario,
+use cheiron_harness::{
+    self as harness, Result, Scenario,
     controller::{CheironProcess, READY_WITHIN},
     free_ports,
 };
+use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::{
     ByteString,
     api::core::v1::{Namespace, Secret, ServiceAccount},
@@ -100,7 +95,7 @@ fn row(metric: &str, value: String, target: &str, met: Option<bool>) -> Row {
 async fn run() -> Result {
     let started = Instant::now();
     eprintln!("[bench] starting the cluster (etcd, kube-apiserver, kcm, shared webhook)…");
-    let scenario = Scenario::new("bench").await?;
+    let scenario = Scenario::new(harness::cheiron!(), "bench").await?;
     let cluster = scenario.cluster()?;
     let client = scenario.client().clone();
     eprintln!(

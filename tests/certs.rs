@@ -1,20 +1,16 @@
-//! cheiron-certs against a real kube-apiserver (the end-to-end harness of `tests/e2e/`):
+//! cheiron-certs against a real kube-apiserver (the end-to-end harness, `tests/harness/`):
 //! `create` is idempotent, re-issues when names change or expiry nears, and never touches a
 //! Secret that is not cheiron's; `patch` fills `caBundle`, keeps the previous CA through a
 //! rotation and changes nothing else; and the API server really calls a `cheiron webhook`
 //! serving a `generate`d certificate through the `caBundle` `patch` wrote.
 //!
-//! These tests live in the root crate, not in `certs-tool/`, because the harness needs
-//! `CARGO_BIN_EXE_cheiron` (the webhook binary it starts) and `tests/k8s/assets`, which only
-//! the root package's tests have. They drive cheiron-certs through its library (`create`,
-//! `patch`, `generate`), which is everything its `main` does but building the client from
-//! `KUBECONFIG`; `certs-tool/tests/cli.rs` covers the binary itself.
+//! These tests live in the root crate, not in `certs-tool/`, because the harness runs the
+//! `cheiron` binary, whose path (`CARGO_BIN_EXE_cheiron`) cargo gives only the root package's
+//! tests. They drive cheiron-certs through its library (`create`, `patch`, `generate`), which
+//! is everything its `main` does but building the client from `KUBECONFIG`;
+//! `certs-tool/tests/cli.rs` covers the binary itself.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-#[path = "e2e/harness/mod.rs"]
-#[allow(dead_code, unused_imports)]
-mod harness;
 
 use std::{
     collections::BTreeMap,
@@ -31,7 +27,9 @@ use cheiron_certs::{
     pki::{CA_VALIDITY, CertificateInfo, certificates_from_pem, key_matches},
     time::{self, OffsetDateTime},
 };
-use harness::{Result, SETTLE, Scenario, free_ports, register, service_account, wait_for};
+use cheiron_harness::{
+    self as harness, Result, SETTLE, Scenario, free_ports, register, service_account, wait_for,
+};
 use k8s_openapi::{
     ByteString,
     api::{
@@ -45,6 +43,9 @@ use kube::{
     api::{ObjectMeta, PostParams},
 };
 use serde_json::Value;
+
+/// The cheiron these tests start their cluster with.
+const CHEIRON: harness::Cheiron = harness::cheiron!();
 
 const SECRET: &str = "cheiron-tls";
 const CA_SECRET: &str = "cheiron-tls-ca";
@@ -94,7 +95,7 @@ fn check_serving_secret(secret: &Secret, names: &ServingNames) -> CertificateInf
 
 #[tokio::test]
 async fn create_twice_stores_the_secret_once_and_the_second_run_writes_nothing() -> Result {
-    let s = Scenario::new("certs-idempotent").await?;
+    let s = Scenario::new(CHEIRON, "certs-idempotent").await?;
     let ns = s.create_namespace(&[], &[]).await?;
     let request = request(&ns, &[]);
 
@@ -133,7 +134,7 @@ async fn create_twice_stores_the_secret_once_and_the_second_run_writes_nothing()
 
 #[tokio::test]
 async fn create_with_other_names_reissues_with_the_same_ca() -> Result {
-    let s = Scenario::new("certs-names").await?;
+    let s = Scenario::new(CHEIRON, "certs-names").await?;
     let ns = s.create_namespace(&[], &[]).await?;
     create(s.client(), &request(&ns, &[])).await?;
     let secrets: Api<Secret> = Api::namespaced(s.client().clone(), &ns);
@@ -163,7 +164,7 @@ async fn create_with_other_names_reissues_with_the_same_ca() -> Result {
 
 #[tokio::test]
 async fn create_reissues_a_certificate_expiring_within_30_days_with_the_same_ca() -> Result {
-    let s = Scenario::new("certs-expiry").await?;
+    let s = Scenario::new(CHEIRON, "certs-expiry").await?;
     let ns = s.create_namespace(&[], &[]).await?;
     let short = CreateRequest {
         validity: Validity {
@@ -199,7 +200,7 @@ async fn create_reissues_a_certificate_expiring_within_30_days_with_the_same_ca(
 
 #[tokio::test]
 async fn create_replaces_garbage_in_its_own_secret() -> Result {
-    let s = Scenario::new("certs-garbage").await?;
+    let s = Scenario::new(CHEIRON, "certs-garbage").await?;
     let ns = s.create_namespace(&[], &[]).await?;
     let secrets: Api<Secret> = Api::namespaced(s.client().clone(), &ns);
     secrets
@@ -252,7 +253,7 @@ fn tls_secret(labels: &[(&str, &str)], secret_type: &str) -> Secret {
 
 #[tokio::test]
 async fn create_refuses_a_secret_it_does_not_own_and_leaves_it_byte_for_byte() -> Result {
-    let s = Scenario::new("certs-foreign").await?;
+    let s = Scenario::new(CHEIRON, "certs-foreign").await?;
     for (labels, secret_type, why) in [
         (
             &[][..],
@@ -345,7 +346,7 @@ fn bundle_of(configuration: &MutatingWebhookConfiguration, index: usize) -> Vec<
 #[tokio::test]
 async fn patch_sets_ca_bundle_keeps_the_previous_ca_through_a_rotation_and_nothing_else() -> Result
 {
-    let s = Scenario::new("certs-patch").await?;
+    let s = Scenario::new(CHEIRON, "certs-patch").await?;
     let ns = s.create_namespace(&[], &[]).await?;
     let client = s.client();
     let registration = unused_registration(&s);
@@ -431,7 +432,7 @@ fn request_for_patch(ns: &str) -> CreateRequest {
 
 #[tokio::test]
 async fn patch_says_what_to_do_when_the_secret_or_the_configuration_is_missing() -> Result {
-    let s = Scenario::new("certs-patch-missing").await?;
+    let s = Scenario::new(CHEIRON, "certs-patch-missing").await?;
     let ns = s.create_namespace(&[], &[]).await?;
     let request = PatchRequest {
         webhook_name: s.unique_name("absent"),
@@ -527,7 +528,7 @@ async fn start_webhook(
 #[tokio::test]
 async fn apiserver_calls_a_webhook_serving_a_generated_certificate_through_the_patched_ca_bundle()
 -> Result {
-    let s = Scenario::new("certs-e2e").await?;
+    let s = Scenario::new(CHEIRON, "certs-e2e").await?;
     let ns = s.create_namespace(&[], &[]).await?;
     let client = s.client();
     let dir = tempfile::tempdir()?;

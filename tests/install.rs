@@ -13,11 +13,6 @@
 //! Tests that need helm get it from `scripts/helm` and fail, with a message saying how to
 //! provide it, when it cannot.
 
-// The harness serves several binaries; each uses only part of it.
-#[allow(dead_code, unused_imports)]
-#[path = "e2e/harness/mod.rs"]
-mod harness;
-
 use std::{
     io::{BufRead, BufReader, Read, Write},
     path::{Path, PathBuf},
@@ -25,9 +20,12 @@ use std::{
     sync::OnceLock,
 };
 
-use harness::Result;
+use cheiron_harness::{self as harness, Result};
 use serde::Deserialize;
 use serde_json::Value;
+
+/// The cheiron the `cluster` tests start their cluster with.
+const CHEIRON: harness::Cheiron = harness::cheiron!();
 
 /// Release name and namespace the chart is rendered with: the names of the plain manifests.
 const RELEASE: &str = "cheiron";
@@ -741,7 +739,12 @@ mod cluster {
                 until(
                     "the authorizer to see cheiron's RBAC",
                     Duration::from_secs(20),
-                    || async { allowed(client, CHEIRON, &probe).await.ok().filter(|a| *a) },
+                    || async {
+                        allowed(client, CHEIRON_USER, &probe)
+                            .await
+                            .ok()
+                            .filter(|a| *a)
+                    },
                 )
                 .await
                 .map_err(|e| e.to_string())?;
@@ -754,7 +757,7 @@ mod cluster {
 
     #[tokio::test]
     async fn plain_manifests_apply_cleanly_in_a_server_side_dry_run() -> Result {
-        let s = Scenario::new("install-plain").await?;
+        let s = Scenario::new(CHEIRON, "install-plain").await?;
         installed(s.client()).await?;
         let crds = documents(&std::fs::read(repo().join("webhook-config/crds.yaml"))?)?;
         let objects = plain_objects()?;
@@ -767,7 +770,7 @@ mod cluster {
 
     #[tokio::test]
     async fn rendered_chart_applies_cleanly_in_a_server_side_dry_run() -> Result {
-        let s = Scenario::new("install-chart").await?;
+        let s = Scenario::new(CHEIRON, "install-chart").await?;
         installed(s.client()).await?;
         let crds = documents(&std::fs::read(
             repo().join("charts/cheiron/crds/crds.yaml"),
@@ -810,7 +813,7 @@ mod cluster {
 
     #[tokio::test]
     async fn every_pod_meets_the_restricted_pod_security_standard() -> Result {
-        let s = Scenario::new("install-pss").await?;
+        let s = Scenario::new(CHEIRON, "install-pss").await?;
         installed(s.client()).await?;
         let namespace = Api::<Namespace>::all(s.client().clone())
             .get(NAMESPACE)
@@ -872,8 +875,8 @@ mod cluster {
         Ok(())
     }
 
-    const CHEIRON: &str = "system:serviceaccount:cheiron-system:cheiron";
-    const CERTS: &str = "system:serviceaccount:cheiron-system:cheiron-certs";
+    const CHEIRON_USER: &str = "system:serviceaccount:cheiron-system:cheiron";
+    const CERTS_USER: &str = "system:serviceaccount:cheiron-system:cheiron-certs";
 
     /// One access check: verb, API group, resource (`resource/subresource`), namespace ("" for
     /// all namespaces or a cluster-scoped resource), object name ("" for any), and why.
@@ -1063,24 +1066,24 @@ mod cluster {
 
     #[tokio::test]
     async fn cheiron_service_account_can_make_every_call_the_code_makes() -> Result {
-        let s = Scenario::new("install-rbac-can").await?;
+        let s = Scenario::new(CHEIRON, "install-rbac-can").await?;
         installed(s.client()).await?;
-        expect(s.client(), CHEIRON, true, CHEIRON_NEEDS).await
+        expect(s.client(), CHEIRON_USER, true, CHEIRON_NEEDS).await
     }
 
     #[tokio::test]
     async fn cheiron_service_account_cannot_do_more_than_the_code_needs() -> Result {
-        let s = Scenario::new("install-rbac-cannot").await?;
+        let s = Scenario::new(CHEIRON, "install-rbac-cannot").await?;
         installed(s.client()).await?;
-        expect(s.client(), CHEIRON, false, CHEIRON_MUST_NOT).await
+        expect(s.client(), CHEIRON_USER, false, CHEIRON_MUST_NOT).await
     }
 
     #[tokio::test]
     async fn certificate_job_can_write_only_its_secrets_and_webhook_configuration() -> Result {
-        let s = Scenario::new("install-rbac-certs").await?;
+        let s = Scenario::new(CHEIRON, "install-rbac-certs").await?;
         installed(s.client()).await?;
-        expect(s.client(), CERTS, true, CERTS_NEED).await?;
-        expect(s.client(), CERTS, false, CERTS_MUST_NOT).await
+        expect(s.client(), CERTS_USER, true, CERTS_NEED).await?;
+        expect(s.client(), CERTS_USER, false, CERTS_MUST_NOT).await
     }
 
     /// A child process killed when the test ends, however it ends.
@@ -1147,7 +1150,7 @@ mod cluster {
             CreateRequest, Created, PatchRequest, Patched, ServingNames, Validity,
         };
 
-        let s = Scenario::new("install-certs").await?;
+        let s = Scenario::new(CHEIRON, "install-certs").await?;
         installed(s.client()).await?;
         // The plain manifests' webhook configuration, for real, but selecting no namespace:
         // nothing serves it in this cluster.
@@ -1225,7 +1228,7 @@ mod cluster {
 
     #[tokio::test]
     async fn cheiron_run_does_its_job_with_only_the_generated_rbac() -> Result {
-        let s = Scenario::new("install-run").await?;
+        let s = Scenario::new(CHEIRON, "install-run").await?;
         installed(s.client()).await?;
         let cluster = s.cluster()?;
         let dir = tempfile::tempdir()?;
@@ -1384,7 +1387,7 @@ spec:
         // `helm install --dry-run=client` renders NOTES.txt, but asks a cluster for its version
         // and for objects the release would take over: the harness's admin kubeconfig, and a
         // release of its own (the plain manifests' objects exist in this cluster).
-        let s = Scenario::new("install-notes").await?;
+        let s = Scenario::new(CHEIRON, "install-notes").await?;
         let kubeconfig = s.cluster()?.dir.join("admin.kubeconfig");
         if !kubeconfig.is_file() {
             return Err(format!("no admin kubeconfig at {}", kubeconfig.display()).into());

@@ -3,16 +3,16 @@
 //! controller stored: the materialised Secrets, ServiceAccount entries, manager status and
 //! Events.
 //!
-//! This binary has its own control plane (the e2e harness, shared by path), because a running
-//! controller backfills ServiceAccounts and would disturb the admission tests of `tests/e2e/`.
+//! This binary has its own control plane (the e2e harness), because a running controller
+//! backfills ServiceAccounts and would disturb the admission tests of `tests/e2e/`.
 //! One shared `cheiron controller --no-leader-election --resync 15` serves most tests; the
 //! leader-election and `cheiron run` tests stop it while they run their own processes (see
 //! [`harness::controller`]).
 
-// The harness serves two binaries; each uses only part of it.
-#[allow(dead_code, unused_imports)]
-#[path = "../e2e/harness/mod.rs"]
-mod harness;
+use cheiron_harness as harness;
+
+/// The cheiron these tests start their cluster with.
+const CHEIRON: harness::Cheiron = harness::cheiron!();
 
 mod dockerconfig;
 mod scenario;

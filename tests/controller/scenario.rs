@@ -18,13 +18,16 @@ use kube::{
 };
 use serde_json::json;
 
-use crate::harness::{
-    Admitted, Result, SETTLE, Scenario,
-    controller::{
-        CheironProcess, SharedController, WithoutSharedController, shared_controller,
-        without_shared_controller,
+use crate::{
+    CHEIRON,
+    harness::{
+        Admitted, Result, SETTLE, Scenario,
+        controller::{
+            CheironProcess, SharedController, WithoutSharedController, shared_controller,
+            without_shared_controller,
+        },
+        wait_for,
     },
-    wait_for,
 };
 
 /// Label selecting a test's target namespaces; its value is the scenario id. Cluster managers
@@ -115,7 +118,7 @@ pub fn has_pull_secrets(expected: &[&str]) -> impl Fn(&ServiceAccount) -> Result
 impl ControllerScenario {
     /// A scenario with the shared controller running (started if needed).
     pub async fn new(name: &str) -> Result<Self> {
-        let scenario = Scenario::new(name).await?;
+        let scenario = Scenario::new(CHEIRON, name).await?;
         let hold = Hold::Shared(shared_controller().await?);
         Ok(Self { scenario, hold })
     }
@@ -124,7 +127,7 @@ impl ControllerScenario {
     /// it, and the next test asking for it restarts it. The test starts its own controllers
     /// (declared after the scenario, so they are stopped before it lets go).
     pub async fn without_shared_controller(name: &str) -> Result<Self> {
-        let scenario = Scenario::new(name).await?;
+        let scenario = Scenario::new(CHEIRON, name).await?;
         let hold = Hold::Exclusive(without_shared_controller().await?);
         Ok(Self { scenario, hold })
     }

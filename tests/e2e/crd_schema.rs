@@ -13,7 +13,10 @@ use kube::{
 use reqwest::header::{ACCEPT, HeaderValue};
 use serde_json::Value;
 
-use crate::harness::{Result, Scenario};
+use crate::{
+    CHEIRON,
+    harness::{Result, Scenario},
+};
 
 const PRINTER_COLUMNS: [&str; 4] = ["Mode", "Ready", "Namespaces", "Age"];
 
@@ -23,7 +26,7 @@ fn repository_file(path: &str) -> std::path::PathBuf {
 
 #[tokio::test]
 async fn crd_schema_rejects_every_invalid_manager_with_a_readable_message() -> Result {
-    let s = Scenario::new("invalid").await?;
+    let s = Scenario::new(CHEIRON, "invalid").await?;
     let ns = s.create_namespace(&[], &[]).await?;
     let mut files: Vec<_> = std::fs::read_dir(repository_file("tests/data/invalid-managers"))?
         .map(|e| e.map(|e| e.path()))
@@ -71,7 +74,7 @@ async fn crd_schema_rejects_every_invalid_manager_with_a_readable_message() -> R
 #[tokio::test]
 async fn original_cheiron_example_is_accepted_unchanged_and_listed_with_printer_columns() -> Result
 {
-    let s = Scenario::new("example").await?;
+    let s = Scenario::new(CHEIRON, "example").await?;
     let ns = s.create_namespace(&[], &[]).await?;
     let text =
         std::fs::read_to_string(repository_file("examples/cluster/namespaced-manager.yaml"))?;
@@ -113,7 +116,7 @@ async fn original_cheiron_example_is_accepted_unchanged_and_listed_with_printer_
 
 #[tokio::test]
 async fn both_crds_declare_the_mode_ready_namespaces_and_age_printer_columns() -> Result {
-    let s = Scenario::new("columns").await?;
+    let s = Scenario::new(CHEIRON, "columns").await?;
     let crds: Api<CustomResourceDefinition> = Api::all(s.client().clone());
     for name in [
         "imagepullsecretmanagers.cheiron.anny.co",

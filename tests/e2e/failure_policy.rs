@@ -7,13 +7,17 @@ use cheiron::install::{FailurePolicy, WebhookClient, WebhookRegistration};
 use k8s_openapi::api::{admissionregistration::v1::MutatingWebhookConfiguration, core::v1::Pod};
 use kube::Api;
 
-use crate::harness::{
-    Admitted, Result, SETTLE, Scenario, apiserver_log_lines, free_ports, pod, register, wait_for,
+use crate::{
+    CHEIRON,
+    harness::{
+        Admitted, Result, SETTLE, Scenario, apiserver_log_lines, free_ports, pod, register,
+        wait_for,
+    },
 };
 
 #[tokio::test]
 async fn pod_is_created_when_a_webhook_with_failure_policy_ignore_is_unreachable() -> Result {
-    let s = Scenario::new("unreachable").await?;
+    let s = Scenario::new(CHEIRON, "unreachable").await?;
     let cluster = s.cluster()?;
     let only_here = ("e2e.cheiron.anny.co/unreachable-webhook", s.id());
     let ns = s.create_namespace(&[only_here], &[]).await?;

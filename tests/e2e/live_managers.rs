@@ -6,7 +6,10 @@ use std::time::{Duration, Instant};
 use cheiron::api::annotation::{RECONCILE_WITH, RECONCILED};
 use k8s_openapi::api::core::v1::ServiceAccount;
 
-use crate::harness::{Admitted, Result, Scenario, service_account, wait_for};
+use crate::{
+    CHEIRON,
+    harness::{Admitted, Result, Scenario, service_account, wait_for},
+};
 
 /// "Within seconds".
 const HONOURED_WITHIN: Duration = Duration::from_secs(10);
@@ -56,7 +59,7 @@ spec:
 
 #[tokio::test]
 async fn manager_created_or_changed_while_the_webhook_runs_is_honoured_within_seconds() -> Result {
-    let s = Scenario::new("live").await?;
+    let s = Scenario::new(CHEIRON, "live").await?;
     let ns = s.create_namespace(&[], &[]).await?;
     let before = s
         .create_service_account(&ns, &service_account("before", &[], &[]))

@@ -2,7 +2,10 @@
 //! API, objects are created through the API, and the tests assert what the apiserver stored
 //! after calling the shared `cheiron webhook`. See [`harness`] for the cluster's lifecycle.
 
-mod harness;
+use cheiron_harness as harness;
+
+/// The cheiron these tests start their cluster with.
+const CHEIRON: harness::Cheiron = harness::cheiron!();
 
 mod crd_schema;
 mod failure_policy;

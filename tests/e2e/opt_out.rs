@@ -6,12 +6,15 @@ use cheiron::api::annotation::{IGNORE, RECONCILABLE, RECONCILED};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Api;
 
-use crate::harness::{Admitted, Result, SCENARIO_LABEL, Scenario, pod, service_account};
+use crate::{
+    CHEIRON,
+    harness::{Admitted, Result, SCENARIO_LABEL, Scenario, pod, service_account},
+};
 
 /// A namespace with one manager per mode; a ServiceAccount and a Pod annotated
 /// `annotation: value` keep exactly their own entries.
 async fn annotated_objects_are_left_alone(slug: &str, annotation: (&str, &str)) -> Result {
-    let s = Scenario::new(slug).await?;
+    let s = Scenario::new(CHEIRON, slug).await?;
     let ns = s.create_namespace(&[], &[]).await?;
     // Created (by kcm) before the managers, `default` stays unpatched, so Pods without entries
     // of their own inherit nothing from it and the Pod probe below sees only the Pod manager.
@@ -71,7 +74,7 @@ async fn opted_out_namespace_is_left_alone(
     labels: &[(&str, &str)],
     annotations: &[(&str, &str)],
 ) -> Result {
-    let s = Scenario::new(slug).await?;
+    let s = Scenario::new(CHEIRON, slug).await?;
     let opted_out = s.create_namespace(labels, annotations).await?;
     let control = s.create_namespace(&[], &[]).await?;
     s.apply_manager(&format!(
@@ -117,7 +120,7 @@ async fn namespace_annotated_ignore_true_is_left_alone() -> Result {
 
 #[tokio::test]
 async fn namespaces_out_of_a_managers_scope_are_left_alone() -> Result {
-    let s = Scenario::new("out-of-scope").await?;
+    let s = Scenario::new(CHEIRON, "out-of-scope").await?;
     let tier = [("e2e.cheiron.anny.co/tier", "apps")];
     let excluded = s.create_namespace(&tier, &[]).await?;
     let unlabelled = s.create_namespace(&[], &[]).await?;
@@ -176,7 +179,7 @@ spec:
 
 #[tokio::test]
 async fn cluster_manager_without_namespaces_never_touches_system_namespaces() -> Result {
-    let s = Scenario::new("system-ns").await?;
+    let s = Scenario::new(CHEIRON, "system-ns").await?;
     let control = s.create_namespace(&[], &[]).await?;
     // The selector reaches the system namespaces: only the default exclusion keeps them out.
     s.apply_manager(&format!(
@@ -229,7 +232,7 @@ spec:
 #[tokio::test]
 async fn default_service_account_of_a_new_namespace_annotated_ignore_true_is_left_alone() -> Result
 {
-    let s = Scenario::new("new-ns-opt-out").await?;
+    let s = Scenario::new(CHEIRON, "new-ns-opt-out").await?;
     let control = s.create_namespace(&[], &[]).await?;
     s.apply_manager(&format!(
         "

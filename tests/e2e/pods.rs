@@ -4,12 +4,15 @@
 use cheiron::api::annotation::{RECONCILE_WITH, RECONCILED};
 use serde_json::json;
 
-use crate::harness::{Admitted, Result, Scenario, pod, service_account};
+use crate::{
+    CHEIRON,
+    harness::{Admitted, Result, Scenario, pod, service_account},
+};
 
 #[tokio::test]
 async fn pod_mode_manager_injects_into_pods_created_with_only_generate_name_after_their_own_entries()
 -> Result {
-    let s = Scenario::new("pod-mode").await?;
+    let s = Scenario::new(CHEIRON, "pod-mode").await?;
     let ns = s.create_namespace(&[], &[]).await?;
     s.apply_manager(&format!(
         "
@@ -73,7 +76,7 @@ spec:
 
 #[tokio::test]
 async fn pod_selector_limits_injection_to_matching_pods() -> Result {
-    let s = Scenario::new("pod-selector").await?;
+    let s = Scenario::new(CHEIRON, "pod-selector").await?;
     let ns = s
         .create_namespace(&[("e2e.cheiron.anny.co/private-pods", s.id())], &[])
         .await?;
@@ -134,7 +137,7 @@ spec:
 
 #[tokio::test]
 async fn merge_into_injects_only_the_merged_secret() -> Result {
-    let s = Scenario::new("pod-merge").await?;
+    let s = Scenario::new(CHEIRON, "pod-merge").await?;
     let ns = s.create_namespace(&[], &[]).await?;
     s.apply_manager(&format!(
         "
@@ -171,7 +174,7 @@ spec:
 #[tokio::test]
 async fn pod_without_own_secrets_inherits_them_from_the_patched_default_service_account() -> Result
 {
-    let s = Scenario::new("pod-inherits").await?;
+    let s = Scenario::new(CHEIRON, "pod-inherits").await?;
     let ns = s.create_namespace(&[], &[]).await?;
     s.apply_manager(&format!(
         "

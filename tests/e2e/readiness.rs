@@ -10,7 +10,10 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use crate::harness::{LIMITED_USER, Result, Scenario};
+use crate::{
+    CHEIRON,
+    harness::{LIMITED_USER, Result, Scenario},
+};
 
 /// How long `/readyz` must keep failing while Secrets cannot be listed.
 const UNREADY_SAMPLE: Duration = Duration::from_secs(3);
@@ -38,7 +41,7 @@ async fn grant(s: &Scenario, role: &str, rules: Vec<Value>) -> Result {
 
 #[tokio::test]
 async fn webhook_is_not_ready_until_its_secret_cache_can_sync() -> Result {
-    let s = Scenario::new("readiness").await?;
+    let s = Scenario::new(CHEIRON, "readiness").await?;
     let role = s.unique_name("webhook");
     let managers = rule(
         "cheiron.anny.co",

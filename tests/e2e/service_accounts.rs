@@ -7,12 +7,15 @@ use std::time::Duration;
 use cheiron::api::annotation::{RECONCILE_WITH, RECONCILED};
 use serde_json::json;
 
-use crate::harness::{Admitted, Result, Scenario, service_account};
+use crate::{
+    CHEIRON,
+    harness::{Admitted, Result, Scenario, service_account},
+};
 
 #[tokio::test]
 async fn namespaced_manager_appends_its_secrets_to_new_service_accounts_after_their_own_entries()
 -> Result {
-    let s = Scenario::new("sa-namespaced").await?;
+    let s = Scenario::new(CHEIRON, "sa-namespaced").await?;
     let ns = s.create_namespace(&[], &[]).await?;
     s.apply_manager(&format!(
         "
@@ -66,7 +69,7 @@ spec:
 #[tokio::test]
 async fn cluster_manager_injects_only_into_named_service_accounts_of_selected_namespaces() -> Result
 {
-    let s = Scenario::new("sa-cluster").await?;
+    let s = Scenario::new(CHEIRON, "sa-cluster").await?;
     let selected = [("e2e.cheiron.anny.co/mirror", s.id())];
     let first = s.create_namespace(&selected, &[]).await?;
     let second = s.create_namespace(&selected, &[]).await?;
@@ -139,7 +142,7 @@ spec:
 
 #[tokio::test]
 async fn older_managers_entries_come_first_and_a_name_two_managers_claim_appears_once() -> Result {
-    let s = Scenario::new("sa-both-kinds").await?;
+    let s = Scenario::new(CHEIRON, "sa-both-kinds").await?;
     let ns = s
         .create_namespace(&[("e2e.cheiron.anny.co/both", s.id())], &[])
         .await?;
@@ -207,7 +210,7 @@ spec:
 
 #[tokio::test]
 async fn service_account_update_gets_missing_secrets_once_and_keeps_its_own() -> Result {
-    let s = Scenario::new("sa-update").await?;
+    let s = Scenario::new(CHEIRON, "sa-update").await?;
     let ns = s.create_namespace(&[], &[]).await?;
     let before = s
         .create_service_account(&ns, &service_account("legacy", &["own-registry"], &[]))

@@ -260,7 +260,11 @@ where
 /// Runs `tests/k8s/assets` and returns the directory it prints. Its stderr (build progress)
 /// is passed through live and quoted in the error.
 fn assets() -> Result<PathBuf> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/k8s/assets");
+    // This crate is `tests/harness/`.
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("the harness crate has no parent directory")?;
+    let script = tests.join("k8s/assets");
     let mut child = Command::new(&script)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -23,7 +23,7 @@ use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 
 use super::{
     Result,
-    cluster::cluster,
+    cluster::started,
     control_plane::free_ports,
     process::{Process, log_tail},
 };
@@ -63,7 +63,7 @@ impl CheironProcess {
     /// `https://127.0.0.1:PORT/mutate` with the cluster's webhook certificate, followed by
     /// `ARGS...`. Does not wait.
     pub fn run(name: &str, args: &[&str]) -> Result<Self> {
-        let cluster = cluster()?;
+        let cluster = started()?;
         let [listen_port, admin_port] = free_ports()?;
         let listen = SocketAddr::from(([127, 0, 0, 1], listen_port));
         let admin = SocketAddr::from(([127, 0, 0, 1], admin_port));
@@ -88,9 +88,9 @@ impl CheironProcess {
         admin: SocketAddr,
         listen: Option<SocketAddr>,
     ) -> Result<Self> {
-        let cluster = cluster()?;
+        let cluster = started()?;
         let log = cluster.dir.join(format!("cheiron-{name}.log"));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_cheiron"));
+        let mut command = Command::new(cluster.cheiron().binary);
         // Nothing from the developer's environment may change what the test asked for.
         for (key, _) in std::env::vars_os() {
             if key.to_string_lossy().starts_with("CHEIRON_") {
@@ -271,10 +271,9 @@ pub async fn shared_controller() -> Result<SharedController> {
 
 /// A test's exclusive hold on the cluster: the shared controller is stopped until this is
 /// dropped, so the only controllers running are the ones the test starts.
-pub struct WithoutSharedController(
-    #[allow(dead_code)] // held, never read
-    OwnedRwLockWriteGuard<Option<CheironProcess>>,
-);
+pub struct WithoutSharedController {
+    _held: OwnedRwLockWriteGuard<Option<CheironProcess>>,
+}
 
 /// Waits until no test holds the shared controller, and stops it.
 pub async fn without_shared_controller() -> Result<WithoutSharedController> {
@@ -288,5 +287,5 @@ pub async fn without_shared_controller() -> Result<WithoutSharedController> {
             .into());
         }
     }
-    Ok(WithoutSharedController(slot))
+    Ok(WithoutSharedController { _held: slot })
 }

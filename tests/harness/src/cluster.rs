@@ -12,7 +12,7 @@ use cheiron::install::{WebhookClient, WebhookRegistration};
 use kube::Client;
 
 use super::{
-    Result, Scenario,
+    Cheiron, Result, Scenario,
     control_plane::{ControlPlane, apiserver_log_lines},
     process::log_tail,
     webhook::{self, WebhookCertificates, WebhookProcess},
@@ -28,12 +28,18 @@ pub const CHEIRON_NAMESPACE: &str = "cheiron-system";
 pub struct Cluster {
     /// Files and logs of this run (kept until the next run starts).
     pub dir: PathBuf,
+    cheiron: Cheiron,
     control_plane: ControlPlane,
     certificates: WebhookCertificates,
     _webhook: WebhookProcess,
 }
 
 impl Cluster {
+    /// The cheiron it runs, and every process a test starts on it runs.
+    pub fn cheiron(&self) -> Cheiron {
+        self.cheiron
+    }
+
     /// The client configuration of `admin` (`system:masters`); build a `Client` per test,
     /// since a `Client` is bound to the runtime it was first used on.
     pub fn admin_config(&self) -> kube::Config {
@@ -66,13 +72,14 @@ impl Cluster {
         &self.control_plane.apiserver_log
     }
 
-    async fn start(dir: PathBuf) -> Result<Self> {
+    async fn start(cheiron: Cheiron, dir: PathBuf) -> Result<Self> {
         let control_plane = ControlPlane::start(&dir).await?;
         let client = Client::try_from(control_plane.admin_config.clone())?;
-        webhook::install_crds(&client).await?;
+        webhook::install_crds(cheiron, &client).await?;
 
         let certificates = WebhookCertificates::generate(&dir.join("webhook-tls"))?;
         let mut webhook = WebhookProcess::start(
+            cheiron,
             "cheiron webhook",
             &control_plane.admin_kubeconfig,
             &certificates.dir,
@@ -106,6 +113,7 @@ impl Cluster {
 
         Ok(Self {
             dir,
+            cheiron,
             control_plane,
             certificates,
             _webhook: webhook,
@@ -140,21 +148,22 @@ spec:
 
 static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
 
-/// The cluster, started on the first call (which blocks until it is up or has failed; every
-/// later call returns the same outcome).
-pub fn cluster() -> Result<&'static Cluster> {
+/// The cluster running `cheiron`, started on the first call (which blocks until it is up or has
+/// failed; every later call returns the same outcome).
+pub fn start(cheiron: Cheiron) -> Result<&'static Cluster> {
     let cluster = CLUSTER.get_or_init(|| {
         // Started on a thread with its own runtime: the calling test's runtime ends with the test.
         let started = std::thread::Builder::new()
             .name("e2e-cluster".to_owned())
-            .spawn(|| -> Result<Cluster, String> {
-                let dir = run_dir().map_err(|e| format!("cannot create the run directory: {e}"))?;
+            .spawn(move || -> Result<Cluster, String> {
+                let dir = run_dir(cheiron)
+                    .map_err(|e| format!("cannot create the run directory: {e}"))?;
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
                     .map_err(|e| e.to_string())?;
                 runtime
-                    .block_on(Cluster::start(dir.clone()))
+                    .block_on(Cluster::start(cheiron, dir.clone()))
                     .map_err(|e| format!("{e}\n(files and logs of this run: {})", dir.display()))
             });
         match started {
@@ -164,6 +173,18 @@ pub fn cluster() -> Result<&'static Cluster> {
             Err(e) => Err(format!("cannot spawn the cluster start-up thread: {e}")),
         }
     });
+    outcome(cluster)
+}
+
+/// The cluster a [`Scenario::new`] has started.
+pub fn started() -> Result<&'static Cluster> {
+    let cluster = CLUSTER
+        .get()
+        .ok_or("no test has started the end-to-end test cluster: create a Scenario first")?;
+    outcome(cluster)
+}
+
+fn outcome(cluster: &'static Result<Cluster, String>) -> Result<&'static Cluster> {
     cluster
         .as_ref()
         .map_err(|e| format!("the end-to-end test cluster did not start: {e}").into())
@@ -172,8 +193,8 @@ pub fn cluster() -> Result<&'static Cluster> {
 /// A fresh `run-<pid>-XXXXXX` directory under `$CARGO_TARGET_TMPDIR/cheiron-e2e/`. Directories
 /// of earlier runs whose process is gone are removed first, so the logs of the last run stay
 /// available for inspection until the next one.
-fn run_dir() -> Result<PathBuf> {
-    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cheiron-e2e");
+fn run_dir(cheiron: Cheiron) -> Result<PathBuf> {
+    let base = Path::new(cheiron.target_tmpdir).join("cheiron-e2e");
     std::fs::create_dir_all(&base)?;
     for entry in std::fs::read_dir(&base)?.flatten() {
         let name = entry.file_name();

@@ -15,8 +15,8 @@ use kube::{
 };
 
 use super::{
-    Admitted, Result,
-    cluster::{Cluster, cluster},
+    Admitted, Cheiron, Result,
+    cluster::{self, Cluster},
     objects::{pod, service_account, string_map},
     wait::wait_for,
     webhook::{FIELD_MANAGER, WebhookProcess},
@@ -39,10 +39,11 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// Starts the cluster if this is the first test to need it (blocking until it is up), and
-    /// returns a handle with a fresh client. `name` is a short slug of the test.
-    pub async fn new(name: &str) -> Result<Self> {
-        let cluster = cluster()?;
+    /// Starts the cluster running `cheiron` (the test crate's [`crate::cheiron!`]) if this is
+    /// the first test to need it (blocking until it is up), and returns a handle with a fresh
+    /// client. `name` is a short slug of the test.
+    pub async fn new(cheiron: Cheiron, name: &str) -> Result<Self> {
+        let cluster = cluster::start(cheiron)?;
         // Captured by the test harness and shown only when the test fails.
         eprintln!("cluster files and logs: {}", cluster.dir.display());
         Ok(Self::with_client(
@@ -62,7 +63,7 @@ impl Scenario {
 
     /// The shared cluster (started by [`Scenario::new`]).
     pub fn cluster(&self) -> Result<&'static Cluster> {
-        cluster()
+        cluster::started()
     }
 
     /// An admin client.
@@ -268,8 +269,9 @@ impl Scenario {
     /// Starts a second `cheiron webhook` (not registered with the apiserver) as the group-less
     /// user of [`Cluster::limited_kubeconfig`]. It is stopped when dropped.
     pub fn start_webhook_as_limited_user(&self) -> Result<WebhookProcess> {
-        let cluster = cluster()?;
+        let cluster = cluster::started()?;
         WebhookProcess::start(
+            cluster.cheiron(),
             "cheiron webhook (limited user)",
             cluster.limited_kubeconfig(),
             cluster.webhook_tls_dir(),

@@ -24,7 +24,7 @@ use rcgen::{
 use serde::Deserialize;
 
 use super::{
-    Result,
+    Cheiron, Result,
     control_plane::{free_ports, wait_until},
     process::Process,
 };
@@ -86,13 +86,19 @@ pub struct WebhookProcess {
 
 impl WebhookProcess {
     /// Starts `cheiron webhook` with `KUBECONFIG=kubeconfig`, logging to `log`. Does not wait.
-    pub fn start(name: &str, kubeconfig: &Path, tls_dir: &Path, log: &Path) -> Result<Self> {
+    pub fn start(
+        cheiron: Cheiron,
+        name: &str,
+        kubeconfig: &Path,
+        tls_dir: &Path,
+        log: &Path,
+    ) -> Result<Self> {
         let [listen_port, admin_port] = free_ports()?;
         let listen = SocketAddr::from(([127, 0, 0, 1], listen_port));
         let admin = SocketAddr::from(([127, 0, 0, 1], admin_port));
         let process = Process::spawn(
             name,
-            Command::new(env!("CARGO_BIN_EXE_cheiron"))
+            Command::new(cheiron.binary)
                 .args([
                     "webhook",
                     "--listen",
@@ -175,10 +181,8 @@ async fn admin_status(admin: SocketAddr, path: &str) -> Option<u16> {
 
 /// Installs the CRDs printed by `cheiron crds` (server-side apply) and waits until they are
 /// Established.
-pub async fn install_crds(client: &Client) -> Result<Vec<String>> {
-    let output = Command::new(env!("CARGO_BIN_EXE_cheiron"))
-        .arg("crds")
-        .output()?;
+pub async fn install_crds(cheiron: Cheiron, client: &Client) -> Result<Vec<String>> {
+    let output = Command::new(cheiron.binary).arg("crds").output()?;
     if !output.status.success() {
         return Err(format!(
             "`cheiron crds` failed ({}): {}",

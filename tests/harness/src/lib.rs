@@ -1,0 +1,78 @@
+//! The end-to-end harness of cheiron's tests, a crate of its own that every test binary and the
+//! cluster benchmark use as a library: one real control plane per test binary (etcd,
+//! kube-apiserver, kube-controller-manager from `tests/k8s/assets`), the CRDs from
+//! `cheiron crds`, and one shared `cheiron webhook` in cluster mode registered through
+//! [`cheiron::install::WebhookRegistration`], all started lazily by the first test.
+//!
+//! Tests get a [`Scenario`] (`Scenario::new(CHEIRON, "slug")`, with `CHEIRON` the test crate's
+//! [`cheiron!`]), work only in namespaces it creates (or in cluster-scoped objects it names
+//! uniquely, scoped to its namespaces), and so run in parallel. Processes are stopped by a
+//! watchdog when the binary exits; files and logs of the last run stay in
+//! `target/tmp/cheiron-e2e/` (a failing test prints the path).
+//!
+//! The controller tests (`tests/controller/`) use [`controller`] on top: `cheiron controller` /
+//! `cheiron run` processes and a shared controller.
+
+mod cluster;
+mod control_plane;
+pub mod controller;
+mod objects;
+mod process;
+mod scenario;
+mod wait;
+mod webhook;
+
+pub use cluster::Cluster;
+pub use control_plane::{LIMITED_USER, apiserver_log_lines, free_ports};
+pub use objects::{Admitted, pod, service_account};
+pub use scenario::{SCENARIO_LABEL, SETTLE, Scenario};
+pub use wait::wait_for;
+pub use webhook::{WebhookProcess, register};
+
+/// The cheiron under test, as cargo describes it to the integration tests and benchmarks of the
+/// `cheiron` package only (not to this crate, which is why the test crate passes it in). Each
+/// test binary builds it once with [`cheiron!`].
+#[derive(Clone, Copy, Debug)]
+pub struct Cheiron {
+    /// `CARGO_BIN_EXE_cheiron`: the binary every cheiron process of the cluster runs.
+    pub binary: &'static str,
+    /// `CARGO_TARGET_TMPDIR`: runs keep their files and logs in `cheiron-e2e/` below it.
+    pub target_tmpdir: &'static str,
+}
+
+/// The [`Cheiron`] of the test crate this expands in:
+/// `const CHEIRON: cheiron_harness::Cheiron = cheiron_harness::cheiron!();`
+#[macro_export]
+macro_rules! cheiron {
+    () => {
+        $crate::Cheiron {
+            binary: env!("CARGO_BIN_EXE_cheiron"),
+            target_tmpdir: env!("CARGO_TARGET_TMPDIR"),
+        }
+    };
+}
+
+/// Any failure of the harness or a test. Its `Debug` (what the test runner prints for a test
+/// that returns `Err`) is its message, so multi-line messages with log tails stay readable.
+pub struct Error(Box<dyn std::error::Error + Send + Sync>);
+
+impl<E: Into<Box<dyn std::error::Error + Send + Sync>>> From<E> for Error {
+    fn from(error: E) -> Self {
+        Self(error.into())
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+/// `Result` with [`Error`]; `Result` alone is what a test returns.
+pub type Result<T = (), E = Error> = std::result::Result<T, E>;
