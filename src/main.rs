@@ -8,8 +8,8 @@ async fn main() -> ExitCode {
     match cli.run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // One clear line, the whole cause chain.
-            eprintln!("cheiron: {e:#}");
+            // One clear line, every cause said once.
+            eprintln!("cheiron: {}", cheiron::cli::error_line(&e));
             ExitCode::FAILURE
         }
     }

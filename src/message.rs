@@ -1,6 +1,6 @@
 //! Messages cheiron shows to others (HTTP error bodies, status conditions, Events) are
 //! bounded: a serde or API message may quote its input, and that input is not ours to repeat
-//! at length.
+//! at length, nor repeated.
 
 /// Cuts `message` to at most `max` bytes on a character boundary, marking the cut with `…`.
 pub fn truncate(message: &mut String, max: usize) {
@@ -15,9 +15,63 @@ pub fn truncate(message: &mut String, max: usize) {
     message.push('…');
 }
 
+/// A Kubernetes API error as one line: the apiserver's message and code, without kube's
+/// debug dump of the whole `Status` (and without any object content).
+pub fn api_error(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({})", s.message.trim(), s.code),
+        other => other.to_string(),
+    }
+}
+
+/// A parser's message with every value it quotes hidden: serde quotes the unexpected value
+/// (``invalid type: integer `918273645`, expected a string``, `string "s3cr3t"`), and in a
+/// manager that value may be a password. The shape of the message, and its line and column,
+/// stay.
+pub fn without_values(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut closing: Option<char> = None;
+    for c in message.chars() {
+        match closing {
+            Some(end) if c == end => {
+                out.push('…');
+                out.push(c);
+                closing = None;
+            }
+            Some(_) => {}
+            None => {
+                out.push(c);
+                if c == '`' || c == '"' {
+                    closing = Some(c);
+                }
+            }
+        }
+    }
+    if closing.is_some() {
+        out.push('…');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use super::truncate;
+    use super::{truncate, without_values};
+
+    #[test]
+    fn quoted_values_are_hidden_and_the_shape_stays() {
+        assert_eq!(
+            without_values(
+                "invalid type: integer `918273645`, expected a string at line 9 column 15"
+            ),
+            "invalid type: integer `…`, expected a string at line 9 column 15"
+        );
+        assert_eq!(
+            without_values(r#"invalid value: string "s3cr3t", expected x"#),
+            r#"invalid value: string "…", expected x"#
+        );
+        assert_eq!(without_values("unterminated `s3cr"), "unterminated `…");
+        assert_eq!(without_values("nothing quoted"), "nothing quoted");
+    }
 
     #[test]
     fn short_messages_are_left_alone() {

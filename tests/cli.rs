@@ -159,7 +159,135 @@ fn mutate_fails_in_one_line_on_a_missing_file() -> TestResult {
         ],
         None,
     )?;
+    assert_eq!(
+        stderr(&out),
+        "cheiron: does/not/exist.yaml: No such file or directory (os error 2)\n",
+        "the cause is said once"
+    );
     assert_one_line_error(&out, "does/not/exist.yaml");
+    Ok(())
+}
+
+/// Runs `cheiron` with `KUBECONFIG` set and no in-cluster environment.
+fn cheiron_with_kubeconfig(args: &[&str], kubeconfig: &std::path::Path) -> std::io::Result<Output> {
+    Command::new(env!("CARGO_BIN_EXE_cheiron"))
+        .args(args)
+        .current_dir(root())
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env_remove("CHEIRON_FROM")
+        // Errors only: the test compares the whole of stderr.
+        .env("CHEIRON_LOG", "error")
+        .stdin(Stdio::null())
+        .output()
+}
+
+#[test]
+fn controller_without_a_kubeconfig_fails_in_one_line_saying_so_once() -> TestResult {
+    let out = cheiron_with_kubeconfig(
+        &["controller", "--admin-listen", "127.0.0.1:0"],
+        std::path::Path::new("/nonexistent/kubeconfig"),
+    )?;
+    assert_eq!(
+        stderr(&out),
+        "cheiron: cannot reach the cluster (set KUBECONFIG or run in a Pod): Failed to infer \
+         configuration: failed to infer config: in-cluster: (failed to read an incluster \
+         environment variable: environment variable not found), kubeconfig: (failed to read \
+         kubeconfig from '\"/nonexistent/kubeconfig\"': No such file or directory (os error 2))\n"
+    );
+    assert_one_line_error(&out, "cannot reach the cluster");
+    Ok(())
+}
+
+/// Answers every HTTP request on a loopback port with a plain-text 404, as kube-apiserver
+/// does for an API group it does not serve. Serves `requests` requests, then stops.
+fn plain_404_server(requests: usize) -> std::io::Result<u16> {
+    use std::io::{BufRead, BufReader};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(requests).flatten() {
+            let mut reader = BufReader::new(&stream);
+            let mut line = String::new();
+            // Read the request head; the probe is a GET without a body.
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let body = "404 page not found\n";
+            let _ = (&stream).write_all(
+                format!(
+                    "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain; charset=utf-8\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+        }
+    });
+    Ok(port)
+}
+
+#[test]
+fn webhook_and_controller_on_a_cluster_without_the_crds_say_how_to_install_them() -> TestResult {
+    let port = plain_404_server(8)?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+             clusters: [{{name: c, cluster: {{server: \"http://127.0.0.1:{port}\"}}}}]\n\
+             users: [{{name: u, user: {{}}}}]\n\
+             contexts: [{{name: c, context: {{cluster: c, user: u}}}}]\n"
+        ),
+    )?;
+    let expected = "cheiron: the cluster does not serve ImagePullSecretManager \
+                    (cheiron.anny.co/v1alpha1): install the CRDs first, e.g. \
+                    `cheiron crds | kubectl apply -f -`\n";
+    let controller = cheiron_with_kubeconfig(
+        &[
+            "controller",
+            "--no-leader-election",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ],
+        &kubeconfig,
+    )?;
+    assert_eq!(stderr(&controller), expected);
+    let webhook = cheiron_with_kubeconfig(
+        &[
+            "webhook",
+            "--self-signed",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ],
+        &kubeconfig,
+    )?;
+    assert_eq!(stderr(&webhook), expected);
+    Ok(())
+}
+
+#[test]
+fn a_yaml_error_in_a_manager_does_not_print_the_password() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let manager = dir.path().join("manager.yaml");
+    // An unquoted numeric password is a YAML integer, not the string the field wants.
+    std::fs::write(
+        &manager,
+        "apiVersion: cheiron.anny.co/v1alpha1\nkind: ClusterImagePullSecretManager\n\
+         metadata: {name: company}\nspec:\n  secrets:\n  - name: hub\n    registry: docker.io\n\
+         \x20   username: alice\n    password: 918273645\n",
+    )?;
+    let from = manager.to_string_lossy().into_owned();
+    let out = cheiron(
+        &["mutate", "--from", &from, "examples/workloads/pod.yaml"],
+        None,
+    )?;
+    assert_one_line_error(&out, "document 1: invalid type: integer");
+    assert!(!stderr(&out).contains("918273645"), "{}", stderr(&out));
     Ok(())
 }
 

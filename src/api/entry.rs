@@ -28,7 +28,7 @@ impl Mode {
 
 /// One pull secret of a manager. Either inline credentials (`name`, `registry`, `username`,
 /// `password` or `passwordSecretRef`, optional `email`) or `existingSecretRef`, never both.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = super::rules::entry_exclusive(),
@@ -65,6 +65,31 @@ pub struct PullSecretEntry {
     /// Secret to copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub existing_secret_ref: Option<SecretRef>,
+}
+
+/// Written by hand so that no `{:?}` of a manager (a log line, a panic message, a test
+/// failure) can print an inline password.
+impl std::fmt::Debug for PullSecretEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self {
+            name,
+            registry,
+            username,
+            password,
+            password_secret_ref,
+            email,
+            existing_secret_ref,
+        } = self;
+        f.debug_struct("PullSecretEntry")
+            .field("name", name)
+            .field("registry", registry)
+            .field("username", username)
+            .field("password", &password.as_ref().map(|_| "<redacted>"))
+            .field("password_secret_ref", password_secret_ref)
+            .field("email", email)
+            .field("existing_secret_ref", existing_secret_ref)
+            .finish()
+    }
 }
 
 impl PullSecretEntry {

@@ -169,3 +169,17 @@ fn managed_secrets_are_selected_by_the_managed_by_label() {
         "app.kubernetes.io/managed-by=cheiron"
     );
 }
+
+#[test]
+fn debug_of_a_manager_never_shows_an_inline_password() -> TestResult {
+    let manager: ImagePullSecretManager = serde_yaml::from_str(
+        "apiVersion: cheiron.anny.co/v1alpha1\nkind: ImagePullSecretManager\n\
+         metadata: {name: m, namespace: team}\n\
+         spec:\n  secrets:\n  - {name: hub, registry: docker.io, username: alice, password: s3cr3t-918273645}\n",
+    )?;
+    let debug = format!("{manager:?}");
+    assert!(!debug.contains("s3cr3t"), "{debug}");
+    assert!(debug.contains("<redacted>"), "{debug}");
+    assert!(debug.contains("alice"), "the rest is still shown: {debug}");
+    Ok(())
+}

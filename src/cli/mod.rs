@@ -18,6 +18,25 @@ use tokio_util::sync::CancellationToken;
 
 use crate::telemetry::LogArgs;
 
+/// An error as the one line `cheiron` prints: the message and each cause not already said.
+/// Errors from libraries often repeat their source in their own message (kube's config
+/// inference error holds its causes two and three times over), and a plain `{:#}` would then
+/// print the same words again and again.
+pub fn error_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.contains(text.trim()) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(text.trim());
+    }
+    line.replace('\n', " ")
+}
+
 /// A token cancelled on the first SIGTERM or SIGINT.
 fn shutdown_on_signal() -> anyhow::Result<CancellationToken> {
     let token = CancellationToken::new();
@@ -76,5 +95,29 @@ impl Cli {
             }
             Command::Manifests(args) => args.run(&mut std::io::stdout().lock()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_line;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer: {0}")]
+    struct Repeats(#[source] std::io::Error);
+
+    #[test]
+    fn a_cause_already_said_is_not_said_again() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let error = anyhow::Error::new(Repeats(io)).context("reading /x");
+        assert_eq!(error_line(&error), "reading /x: outer: no such file");
+    }
+
+    #[test]
+    fn new_causes_are_chained_on_one_line() {
+        let error = anyhow::anyhow!("root\ncause")
+            .context("middle")
+            .context("top");
+        assert_eq!(error_line(&error), "top: middle: root cause");
     }
 }

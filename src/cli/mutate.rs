@@ -74,8 +74,15 @@ impl MutateArgs {
 
         let mut results = Vec::new();
         for (index, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-            let mut object = Value::deserialize(document)
-                .with_context(|| format!("{label}: document {}: not YAML or JSON", index + 1))?;
+            // The parser's message may quote a value of the input (an env var, a token):
+            // it is shown with its values hidden.
+            let mut object = Value::deserialize(document).map_err(|e| {
+                anyhow::anyhow!(
+                    "{label}: document {}: not YAML or JSON: {}",
+                    index + 1,
+                    crate::message::without_values(&e.to_string())
+                )
+            })?;
             let kind = match (object["apiVersion"].as_str(), object["kind"].as_str()) {
                 _ if object.is_null() => continue,
                 (Some("v1"), Some("Pod")) => SubjectKind::Pod,

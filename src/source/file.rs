@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use serde::{Deserialize, de::DeserializeOwned};
 
 use super::Source;
-use crate::admin::Readiness;
+use crate::{admin::Readiness, message::without_values};
 use crate::{
     api::{
         ClusterImagePullSecretManager, GROUP, ImagePullSecretManager, VERSION, validate_cluster,
@@ -137,8 +137,8 @@ fn load_file(path: &Path, loaded: &mut Loaded) -> Result<(), LoadError> {
             document: document_number,
             message,
         };
-        let value =
-            serde_yaml::Value::deserialize(document).map_err(|e| parse_error(e.to_string()))?;
+        let value = serde_yaml::Value::deserialize(document)
+            .map_err(|e| parse_error(without_values(&e.to_string())))?;
         if value.is_null() {
             continue; // an empty document, e.g. a trailing `---`
         }
@@ -209,7 +209,7 @@ fn typed<T: DeserializeOwned>(
     value: serde_yaml::Value,
     error: impl FnOnce(String) -> LoadError,
 ) -> Result<T, LoadError> {
-    serde_yaml::from_value(value).map_err(|e| error(e.to_string()))
+    serde_yaml::from_value(value).map_err(|e| error(without_values(&e.to_string())))
 }
 
 /// A [`Source`] over files read once at start; always ready.
