@@ -25,14 +25,40 @@ pub enum Fetched {
     },
 }
 
-/// The Secrets an entry reads, in the manager's namespace unless the reference names one.
+/// The Secret types a `passwordSecretRef` may read: those made to hold a password or token.
+/// A service-account token, a TLS key or a bootstrap token is never read through cheiron.
+pub const PASSWORD_SOURCE_TYPES: [&str; 2] = ["Opaque", "kubernetes.io/basic-auth"];
+
+/// The reference of an entry, as (name, namespace it names).
+fn reference(entry: &PullSecretEntry) -> Option<(&String, Option<&str>)> {
+    match (&entry.existing_secret_ref, &entry.password_secret_ref) {
+        (Some(r), _) => Some((&r.name, r.namespace.as_deref())),
+        (None, Some(r)) => Some((&r.name, r.namespace.as_deref())),
+        (None, None) => None,
+    }
+}
+
+/// The namespace a namespaced manager's reference names when it is not the manager's own.
+/// The CRD schema rejects such a reference, but the CRD may predate that rule (Helm never
+/// upgrades `crds/`) or the object may predate the CRD: the controller refuses it too.
+fn foreign_namespace<'e>(
+    entry: &'e PullSecretEntry,
+    manager_namespace: Option<&str>,
+) -> Option<&'e str> {
+    let own = manager_namespace?;
+    let (_, named) = reference(entry)?;
+    named.filter(|n| *n != own)
+}
+
+/// The Secret an entry reads: a namespaced manager's own namespace, always; the namespace a
+/// cluster manager's reference names. `None` for inline entries and for references a
+/// namespaced manager may not follow.
 pub fn source_key(entry: &PullSecretEntry, manager_namespace: Option<&str>) -> Option<SourceKey> {
-    let (name, namespace) = match (&entry.existing_secret_ref, &entry.password_secret_ref) {
-        (Some(r), _) => (&r.name, r.namespace.as_deref()),
-        (None, Some(r)) => (&r.name, r.namespace.as_deref()),
-        (None, None) => return None,
-    };
-    let namespace = namespace.or(manager_namespace)?;
+    if foreign_namespace(entry, manager_namespace).is_some() {
+        return None;
+    }
+    let (name, named) = reference(entry)?;
+    let namespace = manager_namespace.or(named)?;
     Some((namespace.to_owned(), name.clone()))
 }
 
@@ -85,6 +111,9 @@ pub struct DesiredSecret {
     /// The `.dockerconfigjson` bytes, or `None` when a source problem means the copies must be
     /// left as they are (neither created, updated nor deleted).
     pub content: Option<Vec<u8>>,
+    /// The Secret this one is a whole copy of (`existingSecretRef`, not merged). In the
+    /// source's own namespace the copy *is* the source: nothing to write, and no conflict.
+    pub source: Option<SourceKey>,
 }
 
 /// Everything a manager wants, and what stands in the way.
@@ -111,6 +140,16 @@ fn resolve(
     manager_namespace: Option<&str>,
     sources: &HashMap<SourceKey, Fetched>,
 ) -> Result<DockerConfig, Problem> {
+    if let Some(foreign) = foreign_namespace(entry, manager_namespace) {
+        return Err(Problem::InvalidSource {
+            entry: index,
+            source: "spec".to_owned(),
+            message: format!(
+                "references a Secret in namespace {foreign}: a namespaced manager reads only \
+                 its own namespace"
+            ),
+        });
+    }
     let key = source_key(entry, manager_namespace);
     let fetched = |key: &SourceKey| sources.get(key).unwrap_or(&Fetched::Missing);
     let invalid = |key: &SourceKey, message: String| Problem::InvalidSource {
@@ -146,7 +185,17 @@ fn resolve(
                             source: describe(&key),
                         });
                     }
-                    Fetched::Present { data, .. } => {
+                    Fetched::Present { secret_type, data } => {
+                        let secret_type = secret_type.as_deref().unwrap_or("Opaque");
+                        if !PASSWORD_SOURCE_TYPES.contains(&secret_type) {
+                            return Err(invalid(
+                                &key,
+                                format!(
+                                    "is of type {secret_type}; passwordSecretRef reads only {}",
+                                    PASSWORD_SOURCE_TYPES.join(" or ")
+                                ),
+                            ));
+                        }
                         let bytes = data
                             .get(&r.key)
                             .ok_or_else(|| invalid(&key, format!("has no key {:?}", r.key)))?;
@@ -192,10 +241,10 @@ pub fn desired(
             .collect(),
         ..Desired::default()
     };
-    let resolved: Vec<(Option<&str>, Result<DockerConfig, Problem>)> = entries
+    let resolved: Vec<(&PullSecretEntry, Result<DockerConfig, Problem>)> = entries
         .iter()
         .enumerate()
-        .map(|(i, e)| (e.target_name(), resolve(i, e, manager_namespace, sources)))
+        .map(|(i, e)| (e, resolve(i, e, manager_namespace, sources)))
         .collect();
     match merge_into {
         Some(merged_name) => {
@@ -216,11 +265,18 @@ pub fn desired(
             out.secrets.push(DesiredSecret {
                 name: merged_name.to_owned(),
                 content,
+                source: None,
             });
         }
         None => {
-            for (name, result) in resolved {
-                let Some(name) = name else { continue };
+            for (entry, result) in resolved {
+                let Some(name) = entry.target_name() else {
+                    continue;
+                };
+                let source = entry
+                    .existing_secret_ref
+                    .as_ref()
+                    .and_then(|_| source_key(entry, manager_namespace));
                 let content = match result {
                     Ok(config) => Some(config.to_bytes()),
                     Err(problem) => {
@@ -231,6 +287,7 @@ pub fn desired(
                 out.secrets.push(DesiredSecret {
                     name: name.to_owned(),
                     content,
+                    source,
                 });
             }
         }
@@ -373,6 +430,115 @@ mod tests {
             Problem::InvalidSource { entry: 1, .. }
         ));
         assert!(d.problems[0].message().contains("team/gone not found"));
+    }
+
+    #[test]
+    fn a_namespaced_manager_never_reads_another_namespace_whatever_its_reference_says() {
+        // A tenant's manager saved under an old CRD without the CEL rule, naming kube-system.
+        let foreign = PullSecretEntry {
+            existing_secret_ref: Some(SecretRef {
+                name: "db-password".into(),
+                namespace: Some("kube-system".into()),
+            }),
+            ..PullSecretEntry::default()
+        };
+        let token = PullSecretEntry {
+            name: Some("t".into()),
+            registry: Some("ghcr.io".into()),
+            username: Some("u".into()),
+            password_secret_ref: Some(SecretKeyRef {
+                name: "db-password".into(),
+                key: "password".into(),
+                namespace: Some("kube-system".into()),
+            }),
+            ..PullSecretEntry::default()
+        };
+        assert_eq!(
+            source_key(&foreign, Some("team")),
+            None,
+            "never fetched or watched"
+        );
+        assert_eq!(
+            source_key(&token, Some("team")),
+            None,
+            "never fetched or watched"
+        );
+        // Even if the Secret were fetched, it is not used.
+        let sources = HashMap::from([(
+            ("kube-system".into(), "db-password".into()),
+            dockerconfig("stolen.example"),
+        )]);
+        let d = desired(&[foreign, token], None, Some("team"), &sources);
+        assert_eq!(d.secrets[0].content, None);
+        assert!(
+            d.problems.iter().all(|p| matches!(p, Problem::InvalidSource { message, .. }
+                if message.contains("namespace kube-system") && message.contains("only its own namespace"))),
+            "{:?}",
+            d.problems
+        );
+        assert_eq!(d.problems.len(), 2);
+        // Its own namespace, named explicitly, is fine.
+        let own = PullSecretEntry {
+            existing_secret_ref: Some(SecretRef {
+                name: "pull".into(),
+                namespace: Some("team".into()),
+            }),
+            ..PullSecretEntry::default()
+        };
+        assert_eq!(
+            source_key(&own, Some("team")),
+            Some(("team".into(), "pull".into()))
+        );
+    }
+
+    #[test]
+    fn password_secret_ref_refuses_secret_types_that_do_not_hold_passwords() {
+        let entry = PullSecretEntry {
+            name: Some("t".into()),
+            registry: Some("ghcr.io".into()),
+            username: Some("u".into()),
+            password_secret_ref: Some(SecretKeyRef {
+                name: "s".into(),
+                key: "token".into(),
+                namespace: Some("kube-system".into()),
+            }),
+            ..PullSecretEntry::default()
+        };
+        for (secret_type, accepted) in [
+            (Some("kubernetes.io/service-account-token"), false),
+            (Some("kubernetes.io/tls"), false),
+            (Some("bootstrap.kubernetes.io/token"), false),
+            (Some("Opaque"), true),
+            (Some("kubernetes.io/basic-auth"), true),
+            (None, true),
+        ] {
+            let sources = HashMap::from([(
+                ("kube-system".into(), "s".into()),
+                Fetched::Present {
+                    secret_type: secret_type.map(str::to_owned),
+                    data: BTreeMap::from([("token".into(), ByteString(b"x".to_vec()))]),
+                },
+            )]);
+            let d = desired(std::slice::from_ref(&entry), None, None, &sources);
+            assert_eq!(d.secrets[0].content.is_some(), accepted, "{secret_type:?}");
+            if !accepted {
+                assert!(
+                    matches!(&d.problems[0], Problem::InvalidSource { message, .. } if message.contains("passwordSecretRef reads only")),
+                    "{:?}",
+                    d.problems
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_whole_copy_records_its_source_and_a_merge_does_not() {
+        let sources =
+            HashMap::from([(("team".into(), "gitlab".into()), dockerconfig("r.example"))]);
+        let d = desired(&[reference("gitlab")], None, Some("team"), &sources);
+        assert_eq!(d.secrets[0].source, Some(("team".into(), "gitlab".into())));
+        let merged = desired(&[reference("gitlab")], Some("m"), Some("team"), &sources);
+        assert_eq!(merged.secrets[0].source, None);
     }
 
     #[test]

@@ -273,6 +273,18 @@ pub fn plan(
                 }
                 _ => {}
             }
+            if wanted
+                .source
+                .as_ref()
+                .is_some_and(|(source_ns, source_name)| {
+                    source_ns == ns && *source_name == wanted.name
+                })
+            {
+                // The source serves its own namespace as it is: it is the user's, never
+                // written, and it is in step by definition.
+                out.unchanged += 1;
+                continue;
+            }
             let Some(content) = &wanted.content else {
                 out.held.push((ns.to_owned(), wanted.name.clone()));
                 continue;

@@ -24,6 +24,7 @@ fn want(name: &str, content: Option<&[u8]>) -> DesiredSecret {
     DesiredSecret {
         name: name.into(),
         content: content.map(<[u8]>::to_vec),
+        source: None,
     }
 }
 
@@ -316,5 +317,61 @@ fn secrets_with_the_managed_by_label_but_no_manager_labels_are_never_taken_over(
     assert!(p.updates.is_empty() && p.deletes.is_empty());
     // A create is planned; it fails on the existing name and is reported as a conflict.
     assert_eq!(names(&p.creates), ["one/pull"]);
+    Ok(())
+}
+
+#[test]
+fn a_source_serving_its_own_namespace_is_in_step_and_neither_written_nor_a_conflict() -> TestResult
+{
+    // The original Cheiron README's manager: existingSecretRef {name: gitlab-registry} in a
+    // namespaced manager, so target = source in the manager's own namespace.
+    let m: ImagePullSecretManager = serde_yaml::from_str(
+        "apiVersion: cheiron.anny.co/v1alpha1\nkind: ImagePullSecretManager\n\
+         metadata: {name: m, namespace: team, creationTimestamp: \"2026-01-01T00:00:00Z\"}\n\
+         spec:\n  secrets: [{existingSecretRef: {name: gitlab-registry}}]\n",
+    )?;
+    let m = Manager::from_namespaced(&m)?;
+    let own_source = DesiredSecret {
+        name: "gitlab-registry".into(),
+        content: Some(b"{}".to_vec()),
+        source: Some(("team".into(), "gitlab-registry".into())),
+    };
+    let p = plan(
+        &m,
+        &owner("u1"),
+        &[own_source],
+        &ns(&["team", "other"]),
+        std::slice::from_ref(&m),
+        &[],
+    );
+    assert_eq!(p.targets, ["team"]);
+    assert!(p.creates.is_empty(), "{:?}", names(&p.creates));
+    assert!(p.updates.is_empty() && p.deletes.is_empty() && p.lost.is_empty());
+    assert_eq!(p.unchanged, 1, "counted as in step");
+    Ok(())
+}
+
+#[test]
+fn a_copy_of_a_source_from_another_namespace_is_still_created() -> TestResult {
+    let m = cluster("a", "2026-01-01T00:00:00Z", "")?;
+    let elsewhere = DesiredSecret {
+        name: "pull".into(),
+        content: Some(b"{}".to_vec()),
+        source: Some(("src".into(), "pull".into())),
+    };
+    let p = plan(
+        &m,
+        &owner("u1"),
+        &[elsewhere],
+        &ns(&["src", "one"]),
+        std::slice::from_ref(&m),
+        &[],
+    );
+    assert_eq!(
+        names(&p.creates),
+        ["one/pull"],
+        "not into the source's own namespace"
+    );
+    assert_eq!(p.unchanged, 1);
     Ok(())
 }
