@@ -27,15 +27,13 @@ use super::{
     kinds::{ManagerObject, ManagerRef},
     plan::{self, Stale, labelled_owner},
     status::{self, Findings, reason},
-    write::{FIELD_MANAGER, backfill, fetch_sources, remove, write_secrets},
+    write::{FIELD_MANAGER, backfill, fetch_sources, prune, remove, write_secrets},
 };
 use crate::{
     api::FINALIZER,
     policy::{Manager, ManagerId, NamespaceMeta},
 };
 
-/// Requeue after a reconcile that left something undone.
-const RETRY_SOON: Duration = Duration::from_secs(10);
 /// Requeue while a name is held by a Secret cheiron does not manage: its deletion is not
 /// watched (only cheiron's own Secrets are), so it is looked at again this often.
 const RECHECK_CLASHES: Duration = Duration::from_secs(30);
@@ -76,8 +74,7 @@ pub fn error_policy<K: ManagerObject>(
     ctx: Arc<Context>,
 ) -> Action {
     let failures = ctx.record_failure(&manager.object_ref(&()));
-    let delay = Duration::from_secs(5u64.saturating_mul(1 << failures.min(6)))
-        .min(Duration::from_secs(300));
+    let delay = retry_delay(&manager.name_any(), failures);
     tracing::warn!(
         kind = K::KIND.as_str(),
         namespace = manager.namespace().unwrap_or_default(),
@@ -140,6 +137,7 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
     if compiled.mode == crate::api::Mode::ServiceAccount {
         issues.extend(backfill(ctx, &compiled, &targets).await);
     }
+    issues.extend(prune(ctx, &compiled, &targets, &claimants).await);
     let others: Vec<Manager> = claimants.iter().filter(|m| m.id != id).cloned().collect();
     let mut names: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for s in &plan.deletes {
@@ -170,22 +168,52 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         issues,
         inline_passwords: desired.inline_passwords,
         shadowed_registries: desired.shadowed_registries,
+        retry_in: None,
     };
+    let mut findings = findings;
+    let reference = manager.object_ref(&());
     let requeue = if findings.issues.iter().any(|i| !i.kind.is_conflict()) {
-        RETRY_SOON
-    } else if !findings.issues.is_empty() {
-        RECHECK_CLASHES
+        // Something was refused or failed (429, 5xx, a webhook of someone else's): back off,
+        // so a struggling apiserver is not hammered every few seconds.
+        let delay = retry_delay(&manager.name_any(), ctx.record_failure(&reference));
+        findings.retry_in = Some(delay);
+        delay
     } else {
-        ctx.resync
+        ctx.reset_failures(&reference);
+        if findings.issues.is_empty() {
+            ctx.resync
+        } else {
+            RECHECK_CLASHES
+        }
     };
     write_status(manager, ctx, &findings).await?;
     if manager.current_status().and_then(|s| s.observed_generation) != manager.meta().generation {
         // A new or changed spec may change who wins contested names: let the others look.
         ctx.trigger_all_but(&ManagerRef::from(&id));
     }
-    ctx.reset_failures(&manager.object_ref(&()));
     Ok(Action::requeue(requeue))
 }
+
+/// The first retry after a failure, doubling up to [`MAX_RETRY_DELAY`].
+const FIRST_RETRY_DELAY: Duration = Duration::from_secs(5);
+/// The longest wait between retries of a manager that keeps failing.
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(300);
+
+/// How long to wait before retrying a manager named `name` after `failures` failed attempts
+/// in a row: exponential, capped, and spread by up to ±20 % per manager, so that managers
+/// failing together (an apiserver throttling everyone) do not retry together.
+fn retry_delay(name: &str, failures: u32) -> Duration {
+    use std::hash::{Hash, Hasher};
+    let base = FIRST_RETRY_DELAY
+        .saturating_mul(1u32 << failures.min(6))
+        .min(MAX_RETRY_DELAY);
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (name, failures).hash(&mut hasher);
+    // A factor in [0.8, 1.2), fixed for a given manager and attempt.
+    let spread = 0.8 + f64::from(u32::try_from(hasher.finish() % 400).unwrap_or(0)) / 1000.0;
+    base.mul_f64(spread).min(MAX_RETRY_DELAY)
+}
+
 
 async fn write_status<K: ManagerObject>(
     manager: &K,
@@ -282,4 +310,30 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
     // Younger managers may now win the names this one held.
     ctx.trigger_all_but(&ManagerRef::from(&id));
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_exponentially_up_to_a_cap_with_jitter() {
+        let delays: Vec<Duration> = (0..10).map(|n| retry_delay("m", n)).collect();
+        for (n, d) in delays.iter().enumerate() {
+            let base = FIRST_RETRY_DELAY
+                .saturating_mul(1 << n.min(6))
+                .min(MAX_RETRY_DELAY);
+            assert!(
+                *d >= base.mul_f64(0.8) && *d <= base.mul_f64(1.2),
+                "attempt {n}: {d:?}"
+            );
+            assert!(*d <= MAX_RETRY_DELAY);
+        }
+        assert!(delays[3] > delays[0] * 4, "{delays:?}");
+        assert!(delays[9] >= MAX_RETRY_DELAY.mul_f64(0.8));
+        // Managers that fail together are spread out.
+        let spread: std::collections::BTreeSet<Duration> =
+            (0..20).map(|i| retry_delay(&format!("m{i}"), 2)).collect();
+        assert!(spread.len() > 10, "{spread:?}");
+    }
 }

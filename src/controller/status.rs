@@ -44,6 +44,8 @@ pub struct Findings {
     pub inline_passwords: Vec<usize>,
     /// Registries shadowed in a merge.
     pub shadowed_registries: Vec<String>,
+    /// When failed writes are retried (backing off), if any failed.
+    pub retry_in: Option<std::time::Duration>,
 }
 
 impl Findings {
@@ -99,7 +101,13 @@ fn ready(f: &Findings) -> (&'static str, &'static str, String) {
             } else {
                 String::new()
             };
-            return ("False", why, format!("{first}{tail}; {counts}"));
+            let mut message = format!("{first}{tail}; {counts}");
+            if why == reason::SYNC_FAILED
+                && let Some(delay) = f.retry_in
+            {
+                message.push_str(&format!("; retrying in {}s", delay.as_secs()));
+            }
+            return ("False", why, message);
         }
     }
     let mut message = counts;
@@ -278,6 +286,28 @@ mod tests {
             ("True", reason::INLINE_CREDENTIALS)
         );
         assert!(s.conditions[0].message.contains("spec.secrets[1]"));
+        Ok(())
+    }
+
+    #[test]
+    fn a_failed_write_says_when_it_is_retried() -> Result<(), serde_json::Error> {
+        let f = Findings {
+            targets: 2,
+            synced: 1,
+            issues: vec![Issue::new(
+                IssueKind::SecretWrite,
+                "team",
+                "writing Secret pull: too many requests (429)",
+            )],
+            retry_in: Some(std::time::Duration::from_secs(20)),
+            ..Findings::default()
+        };
+        let s = status(&f, None, time("2026-01-01T00:00:00Z")?);
+        assert_eq!(s.conditions[0].reason, reason::SYNC_FAILED);
+        assert_eq!(
+            s.conditions[0].message,
+            "team: writing Secret pull: too many requests (429); 1/2 namespaces synced; retrying in 20s"
+        );
         Ok(())
     }
 }

@@ -23,7 +23,10 @@ use super::{
     plan::{self, Stale, is_managed},
     serviceaccount,
 };
-use crate::policy::{Manager, ManagerId, NamespaceMeta};
+use crate::{
+    message::api_error,
+    policy::{Manager, ManagerId, NamespaceMeta},
+};
 
 /// Field manager of every write.
 pub(super) const FIELD_MANAGER: &str = "cheiron";
@@ -96,7 +99,7 @@ pub(super) async fn write_secrets(
                     Err(e) => {
                         return failed(
                             namespace,
-                            format!("reading Secret {name}: {}", describe(&e)),
+                            format!("reading Secret {name}: {}", api_error(&e)),
                         );
                     }
                 }
@@ -120,7 +123,7 @@ pub(super) async fn write_secrets(
                 },
                 Err(e) => failed(
                     namespace,
-                    format!("writing Secret {name}: {}", describe(&e)),
+                    format!("writing Secret {name}: {}", api_error(&e)),
                 ),
             }
         })
@@ -151,14 +154,6 @@ pub(super) async fn write_secrets(
     issues
 }
 
-/// An API error as one line, without any object content.
-fn describe(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
-        other => other.to_string(),
-    }
-}
-
 fn references(sa: &ServiceAccount, name: &str) -> bool {
     sa.image_pull_secrets
         .iter()
@@ -184,7 +179,7 @@ async fn patch_service_account(
             None => match api.get_opt(name).await {
                 Ok(Some(sa)) => sa,
                 Ok(None) => return Ok(None),
-                Err(e) => return Err(describe(&e)),
+                Err(e) => return Err(api_error(&e)),
             },
         };
         let Some((patch, names)) = compute(&sa) else {
@@ -208,7 +203,7 @@ async fn patch_service_account(
             // 409/422: the resourceVersion test failed; read again and recompute.
             Err(e) if is_status(&e, 409) || is_status(&e, 422) => continue,
             Err(e) if is_status(&e, 404) => return Ok(None),
-            Err(e) => return Err(describe(&e)),
+            Err(e) => return Err(api_error(&e)),
         }
     }
     Err(format!(
@@ -296,6 +291,23 @@ async fn remove_entries(
     failures
 }
 
+/// Takes from the ServiceAccounts of `targets` the entries of `manager`'s names that cheiron
+/// added and that no live manager (`claimants`, `manager` included as it is now) wants there
+/// any more: what is left behind when a manager's `serviceAccountNames` or
+/// `serviceAccountSelector` narrows, or its mode changes from ServiceAccount to Pod.
+pub(super) async fn prune(
+    ctx: &Context,
+    manager: &Manager,
+    targets: &[NamespaceMeta],
+    claimants: &[Manager],
+) -> Vec<Issue> {
+    let mut issues = Vec::new();
+    for namespace in targets {
+        issues.extend(remove_entries(ctx, namespace, manager.secret_names(), claimants).await);
+    }
+    issues
+}
+
 async fn delete_secret(ctx: &Context, stale: &Stale) -> Result<(), Issue> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &stale.namespace);
     let params = DeleteParams {
@@ -311,7 +323,7 @@ async fn delete_secret(ctx: &Context, stale: &Stale) -> Result<(), Issue> {
         Err(e) => Err(Issue::new(
             IssueKind::SecretDelete,
             stale.namespace.clone(),
-            format!("deleting Secret {}: {}", stale.name, describe(&e)),
+            format!("deleting Secret {}: {}", stale.name, api_error(&e)),
         )),
     }
 }
