@@ -1,6 +1,6 @@
-//! The end-to-end harness of cheiron's tests, a crate of its own that every test binary and the
-//! cluster benchmark use as a library: one real control plane per test binary (etcd,
-//! kube-apiserver, kube-controller-manager from `tests/k8s/assets`), the CRDs from
+//! What cheiron's tests share, a crate of its own that the test binaries and the cluster
+//! benchmark use as a library. Mostly the end-to-end harness: one real control plane per test
+//! binary (etcd, kube-apiserver, kube-controller-manager from `tests/k8s/assets`), the CRDs from
 //! `cheiron crds`, and one shared `cheiron webhook` in cluster mode registered through
 //! [`cheiron::install::WebhookRegistration`], all started lazily by the first test.
 //!
@@ -12,13 +12,19 @@
 //!
 //! The controller tests (`tests/controller/`) use [`controller`] on top: `cheiron controller` /
 //! `cheiron run` processes and a shared controller.
+//!
+//! The webhook tests, in process (`tests/admission_router.rs`) and over TLS
+//! (`tests/webhook_tls.rs`), share [`review`] and [`source`]: the AdmissionReview fixtures of
+//! `tests/data/` and the managers and namespaces they are judged against.
 
 mod cluster;
 mod control_plane;
 pub mod controller;
 mod objects;
 mod process;
+pub mod review;
 mod scenario;
+pub mod source;
 mod wait;
 mod webhook;
 
