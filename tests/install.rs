@@ -2,13 +2,16 @@
 //! `charts/cheiron/`.
 //!
 //! - `drift`: the committed files are what the program generates.
-//! - `chart`: `helm lint --strict` passes, `helm template` renders every certificate option,
-//!   and what the chart renders is what the plain manifests hold (webhook registration, RBAC,
-//!   Deployment), so the two cannot drift apart; invalid values are refused.
+//! - `chart`: `helm lint --strict` passes, `helm template` renders every certificate option
+//!   and both deployment modes, and what the chart renders is what the plain manifests hold
+//!   (webhook registration, RBAC, Deployments, NetworkPolicies), so the two cannot drift apart;
+//!   invalid values are refused.
 //! - `cluster`: on a real kube-apiserver (the e2e harness, its own control plane for this
 //!   binary), both apply cleanly in a server-side dry run, their Pods meet the restricted Pod
-//!   Security Standard, SubjectAccessReviews show the ServiceAccounts can make every call the
-//!   code makes and nothing broader, and `cheiron run` does its job under exactly that RBAC.
+//!   Security Standard, SubjectAccessReviews show each ServiceAccount (webhook, controller,
+//!   combined, certificates) can make every call its code makes and nothing broader, and
+//!   `cheiron webhook`, `cheiron controller` and `cheiron run` do their job under exactly that
+//!   RBAC.
 //!
 //! Tests that need helm get it from `scripts/helm` and fail, with a message saying how to
 //! provide it, when it cannot.
@@ -57,6 +60,17 @@ fn plain_objects() -> Result<Vec<Value>> {
         )?);
     }
     Ok(objects)
+}
+
+/// The plain manifests of the combined mode (`cheiron run` under one ServiceAccount), as
+/// `cheiron::install` renders them: only the split default is committed.
+fn combined_objects() -> Result<Vec<Value>> {
+    let install = cheiron::install::Install::default();
+    Ok([
+        install.server_objects_for(cheiron::install::DeploymentMode::Combined)?,
+        install.certificate_objects()?,
+    ]
+    .concat())
 }
 
 fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> Result<&'a Value> {
@@ -238,7 +252,7 @@ mod chart {
     use super::*;
 
     #[test]
-    fn helm_lint_strict_passes_for_every_certificate_source() -> Result {
+    fn helm_lint_strict_passes_for_every_certificate_source_and_deployment_mode() -> Result {
         for values in [
             vec![],
             CERT_MANAGER_AND_MONITORING.to_vec(),
@@ -252,7 +266,18 @@ mod chart {
                 "certificates.secretName=my-tls",
                 "certificates.caBundle=Zm9v",
             ],
-            vec!["leaderElection.enabled=false", "replicaCount=1"],
+            vec!["leaderElection.enabled=false", "controller.replicaCount=1"],
+            vec!["deployment=combined"],
+            vec![
+                "deployment=combined",
+                "leaderElection.enabled=false",
+                "replicaCount=1",
+            ],
+            vec!["networkPolicy.enabled=false"],
+            vec![
+                "networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/28",
+                "networkPolicy.adminFrom=null",
+            ],
         ] {
             let mut args = vec!["lint", "--strict", "charts/cheiron"];
             for value in &values {
@@ -269,34 +294,85 @@ mod chart {
         Ok(())
     }
 
+    /// The arguments of the first container of Deployment `name`.
+    fn args<'a>(objects: &'a [Value], name: &str) -> Result<Vec<&'a str>> {
+        Ok(
+            find(objects, "Deployment", name)?["spec"]["template"]["spec"]["containers"][0]["args"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect(),
+        )
+    }
+
     #[test]
-    fn default_values_render_cheiron_with_hook_jobs_for_its_certificate() -> Result {
+    fn default_values_render_the_webhook_and_the_controller_apart_with_hook_jobs_for_the_certificate()
+    -> Result {
         let objects = render(&[])?;
-        let deployment = find(&objects, "Deployment", "cheiron")?;
-        assert_eq!(deployment["spec"]["replicas"], 2);
-        let pod = &deployment["spec"]["template"]["spec"];
-        let container = &pod["containers"][0];
-        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
-        assert_eq!(
-            pod["securityContext"]["seccompProfile"]["type"],
-            "RuntimeDefault"
+        for (name, command, service_account) in [
+            ("cheiron-webhook", "webhook", "cheiron-webhook"),
+            ("cheiron-controller", "controller", "cheiron-controller"),
+        ] {
+            let deployment = find(&objects, "Deployment", name)?;
+            assert_eq!(deployment["spec"]["replicas"], 2, "{name}");
+            let pod = &deployment["spec"]["template"]["spec"];
+            let container = &pod["containers"][0];
+            assert_eq!(container["args"][0], command, "{name}");
+            assert_eq!(pod["serviceAccountName"], service_account, "{name}");
+            assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+            assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+            assert_eq!(
+                pod["securityContext"]["seccompProfile"]["type"],
+                "RuntimeDefault"
+            );
+            assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+            assert_eq!(
+                container["securityContext"]["capabilities"]["drop"],
+                serde_json::json!(["ALL"])
+            );
+            assert_eq!(
+                container["image"],
+                format!("ghcr.io/anny-co/cheiron:{}", env!("CARGO_PKG_VERSION"))
+            );
+            assert_eq!(
+                container["env"],
+                serde_json::json!([
+                    {"name": "CHEIRON_POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+                    {"name": "CHEIRON_POD_NAMESPACE", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}},
+                ]),
+                "{name}"
+            );
+            assert_eq!(
+                pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+                    [0]["podAffinityTerm"]["topologyKey"],
+                "kubernetes.io/hostname"
+            );
+            find(&objects, "PodDisruptionBudget", name)?;
+            find(&objects, "NetworkPolicy", name)?;
+            find(&objects, "ServiceAccount", service_account)?;
+        }
+        let controller =
+            &find(&objects, "Deployment", "cheiron-controller")?["spec"]["template"]["spec"];
+        assert!(controller["volumes"].is_null(), "no serving certificate");
+        assert!(
+            !args(&objects, "cheiron-controller")?
+                .iter()
+                .any(|a| a.starts_with("--tls-cert-dir") || a.starts_with("--listen")),
+            "the controller serves no webhook"
         );
-        assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
-        assert_eq!(
-            container["securityContext"]["capabilities"]["drop"],
-            serde_json::json!(["ALL"])
+        assert!(
+            args(&objects, "cheiron-controller")?.contains(&"--leader-election"),
+            "two controller replicas: one leads, one stands by"
         );
-        assert_eq!(
-            container["image"],
-            format!("ghcr.io/anny-co/cheiron:{}", env!("CARGO_PKG_VERSION"))
+        assert!(
+            !objects
+                .iter()
+                .any(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "cheiron"),
+            "no `cheiron run` by default"
         );
-        assert_eq!(
-            pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
-                [0]["podAffinityTerm"]["topologyKey"],
-            "kubernetes.io/hostname"
-        );
-        find(&objects, "PodDisruptionBudget", "cheiron")?;
         find(&objects, "Service", "cheiron")?;
+        find(&objects, "Service", "cheiron-controller")?;
         find(&objects, "Role", "cheiron-leader-election")?;
 
         let create = find(&objects, "Job", "cheiron-certs-create")?;
@@ -410,7 +486,7 @@ mod chart {
             registration["webhooks"][0]["clientConfig"]["caBundle"],
             "Zm9v"
         );
-        let deployment = find(&objects, "Deployment", "cheiron")?;
+        let deployment = find(&objects, "Deployment", "cheiron-webhook")?;
         assert_eq!(
             deployment["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"],
             "my-tls"
@@ -508,45 +584,73 @@ mod chart {
     }
 
     #[test]
-    fn chart_rbac_is_the_plain_manifests_rbac() -> Result {
-        let plain = access(&plain_objects()?);
-        let chart = access(&render(&[])?);
-        assert_eq!(plain.len(), 10, "{plain:#?}");
-        for (p, c) in plain.iter().zip(&chart) {
-            assert_eq!(
-                p, c,
-                "charts/cheiron/templates/{{rbac,certs-jobs}}.yaml has drifted from \
-                 src/install/rbac.rs (webhook-config/)"
-            );
+    fn chart_rbac_is_the_plain_manifests_rbac_in_both_modes() -> Result {
+        for (mode, plain, values) in [
+            ("split", plain_objects()?, vec![]),
+            ("combined", combined_objects()?, vec!["deployment=combined"]),
+        ] {
+            let plain = access(&plain);
+            let chart = access(&render(&values)?);
+            assert_eq!(plain.len(), 10, "{mode}: {plain:#?}");
+            for (p, c) in plain.iter().zip(&chart) {
+                assert_eq!(
+                    p, c,
+                    "{mode}: charts/cheiron/templates/{{rbac,certs-jobs}}.yaml has drifted from \
+                     src/install/ (webhook-config/)"
+                );
+            }
+            assert_eq!(plain.len(), chart.len(), "{mode}: {chart:#?}");
         }
-        assert_eq!(plain.len(), chart.len(), "{chart:#?}");
         Ok(())
     }
 
+    /// Kind and name of every object of `kind` in `objects`, sorted.
+    fn named(objects: &[Value], kind: &str) -> Vec<String> {
+        let mut names: Vec<String> = objects
+            .iter()
+            .filter(|o| o["kind"] == kind)
+            .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_owned))
+            .collect();
+        names.sort();
+        names
+    }
+
     #[test]
-    fn chart_runs_cheiron_exactly_like_the_plain_manifests() -> Result {
+    fn chart_runs_cheiron_exactly_like_the_plain_manifests_in_both_modes() -> Result {
+        for (mode, plain, values) in [
+            ("split", plain_objects()?, vec![]),
+            ("combined", combined_objects()?, vec!["deployment=combined"]),
+        ] {
+            let chart = render(&values)?;
+            for kind in [
+                "ServiceAccount",
+                "Deployment",
+                "Service",
+                "PodDisruptionBudget",
+                "NetworkPolicy",
+            ] {
+                let names = named(&plain, kind);
+                assert!(!names.is_empty(), "{mode}: no {kind}");
+                assert_eq!(names, named(&chart, kind), "{mode}: {kind}");
+                for name in &names {
+                    let (p, c) = (find(&plain, kind, name)?, find(&chart, kind, name)?);
+                    if kind == "Deployment" {
+                        for part in ["replicas", "strategy"] {
+                            assert_eq!(p["spec"][part], c["spec"][part], "{mode}: {name} {part}");
+                        }
+                        assert_eq!(
+                            p["spec"]["template"]["spec"], c["spec"]["template"]["spec"],
+                            "{mode}: the chart's Pod spec of {name} has drifted from \
+                             src/install/workload.rs"
+                        );
+                    } else {
+                        assert_eq!(p["spec"], c["spec"], "{mode}: {kind} {name}");
+                    }
+                }
+            }
+        }
         let plain = plain_objects()?;
         let chart = render(&[])?;
-        let plain_deployment = find(&plain, "Deployment", "cheiron")?;
-        let chart_deployment = find(&chart, "Deployment", "cheiron")?;
-        for part in ["replicas", "strategy"] {
-            assert_eq!(
-                plain_deployment["spec"][part], chart_deployment["spec"][part],
-                "{part}"
-            );
-        }
-        assert_eq!(
-            plain_deployment["spec"]["template"]["spec"],
-            chart_deployment["spec"]["template"]["spec"],
-            "the chart's Pod spec has drifted from src/install/workload.rs"
-        );
-        for kind in ["Service", "PodDisruptionBudget"] {
-            assert_eq!(
-                find(&plain, kind, "cheiron")?["spec"],
-                find(&chart, kind, "cheiron")?["spec"],
-                "{kind}"
-            );
-        }
         // One Job with `create` as init container in the plain manifests, two hook Jobs in
         // the chart: the same commands, as the same hardened user.
         let job = &find(&plain, "Job", "cheiron-certs")?["spec"]["template"]["spec"];
@@ -565,23 +669,158 @@ mod chart {
     }
 
     #[test]
-    fn leader_election_off_runs_one_replica_without_a_lease() -> Result {
-        let objects = render(&["leaderElection.enabled=false", "replicaCount=1"])?;
-        let args = &find(&objects, "Deployment", "cheiron")?["spec"]["template"]["spec"]["containers"]
-            [0]["args"];
-        let args: Vec<&str> = args
+    fn leader_election_off_runs_one_controller_without_a_lease() -> Result {
+        for (values, controller) in [
+            (
+                vec!["leaderElection.enabled=false", "controller.replicaCount=1"],
+                "cheiron-controller",
+            ),
+            (
+                vec![
+                    "deployment=combined",
+                    "leaderElection.enabled=false",
+                    "replicaCount=1",
+                ],
+                "cheiron",
+            ),
+        ] {
+            let objects = render(&values)?;
+            let args = args(&objects, controller)?;
+            assert!(
+                args.contains(&"--no-leader-election"),
+                "{values:?}: {args:?}"
+            );
+            assert!(!args.contains(&"--leader-election"), "{values:?}: {args:?}");
+            assert!(
+                !objects
+                    .iter()
+                    .any(|o| o["kind"] == "Role"
+                        && o["metadata"]["name"] == "cheiron-leader-election"),
+                "{values:?}"
+            );
+        }
+        let split = render(&["leaderElection.enabled=false", "controller.replicaCount=1"])?;
+        let webhook = args(&split, "cheiron-webhook")?;
+        assert!(
+            !webhook.iter().any(|a| a.contains("leader-election")),
+            "the webhook takes no controller flags: {webhook:?}"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn split_gives_each_identity_only_its_own_roles_and_names_them_after_the_base_name() -> Result {
+        let objects = render(&["serviceAccount.name=pull"])?;
+        assert_eq!(
+            named(&objects, "ServiceAccount"),
+            ["cheiron-certs", "pull-controller", "pull-webhook"]
+        );
+        for (binding, kind, subject) in [
+            ("cheiron-webhook", "ClusterRoleBinding", "pull-webhook"),
+            (
+                "cheiron-controller",
+                "ClusterRoleBinding",
+                "pull-controller",
+            ),
+            ("cheiron-leader-election", "RoleBinding", "pull-controller"),
+        ] {
+            assert_eq!(
+                find(&objects, kind, binding)?["subjects"],
+                serde_json::json!([{"kind": "ServiceAccount", "name": subject, "namespace": NAMESPACE}]),
+                "{binding}"
+            );
+        }
+        for (deployment, service_account) in [
+            ("cheiron-webhook", "pull-webhook"),
+            ("cheiron-controller", "pull-controller"),
+        ] {
+            assert_eq!(
+                find(&objects, "Deployment", deployment)?["spec"]["template"]["spec"]["serviceAccountName"],
+                service_account
+            );
+        }
+        let webhook_rules = &find(&objects, "ClusterRole", "cheiron-webhook")?["rules"];
+        assert!(
+            !webhook_rules.to_string().contains("secrets"),
+            "the webhook reads no Secret: {webhook_rules}"
+        );
+        let combined = render(&["serviceAccount.name=pull", "deployment=combined"])?;
+        assert_eq!(
+            named(&combined, "ServiceAccount"),
+            ["cheiron-certs", "pull"]
+        );
+        Ok(())
+    }
+
+    /// The ingress rules of NetworkPolicy `name`, as (ports, from) pairs.
+    fn ingress(objects: &[Value], name: &str) -> Result<Vec<(Value, Value)>> {
+        Ok(find(objects, "NetworkPolicy", name)?["spec"]["ingress"]
             .as_array()
             .into_iter()
             .flatten()
-            .filter_map(Value::as_str)
-            .collect();
-        assert!(args.contains(&"--no-leader-election"), "{args:?}");
-        assert!(!args.contains(&"--leader-election"), "{args:?}");
-        assert!(
-            !objects
-                .iter()
-                .any(|o| o["kind"] == "Role" && o["metadata"]["name"] == "cheiron-leader-election")
+            .map(|rule| (rule["ports"].clone(), rule["from"].clone()))
+            .collect())
+    }
+
+    #[test]
+    fn network_policies_open_the_webhook_port_to_all_and_the_admin_port_to_the_namespace() -> Result
+    {
+        let port = |n: u16| serde_json::json!([{"port": n, "protocol": "TCP"}]);
+        let namespace = serde_json::json!([{"podSelector": {}}]);
+        let objects = render(&[])?;
+        assert_eq!(
+            ingress(&objects, "cheiron-webhook")?,
+            [(port(8443), Value::Null), (port(8080), namespace.clone())],
+            "the webhook port from anywhere: the apiserver's address differs by distribution"
         );
+        assert_eq!(
+            ingress(&objects, "cheiron-controller")?,
+            [(port(8080), namespace.clone())]
+        );
+        for name in ["cheiron-webhook", "cheiron-controller"] {
+            let policy = find(&objects, "NetworkPolicy", name)?;
+            assert_eq!(
+                policy["spec"]["policyTypes"],
+                serde_json::json!(["Ingress"])
+            );
+            let selector = &policy["spec"]["podSelector"]["matchLabels"];
+            assert_eq!(
+                selector,
+                &find(&objects, "Deployment", name)?["spec"]["selector"]["matchLabels"],
+                "{name} selects its Deployment's Pods"
+            );
+        }
+        let combined = render(&["deployment=combined"])?;
+        assert_eq!(
+            ingress(&combined, "cheiron")?,
+            [(port(8443), Value::Null), (port(8080), namespace)]
+        );
+
+        let restricted = render(&[
+            "networkPolicy.webhookFrom[0].ipBlock.cidr=172.16.0.0/28",
+            "networkPolicy.adminFrom[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=monitoring",
+        ])?;
+        assert_eq!(
+            ingress(&restricted, "cheiron-webhook")?,
+            [
+                (
+                    port(8443),
+                    serde_json::json!([{"ipBlock": {"cidr": "172.16.0.0/28"}}])
+                ),
+                (
+                    port(8080),
+                    serde_json::json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}])
+                ),
+            ]
+        );
+        let closed = render(&["networkPolicy.adminFrom=null"])?;
+        assert_eq!(
+            ingress(&closed, "cheiron-controller")?,
+            [],
+            "an empty adminFrom admits no one, not everyone"
+        );
+        let off = render(&["networkPolicy.enabled=false"])?;
+        assert!(named(&off, "NetworkPolicy").is_empty());
         Ok(())
     }
 
@@ -605,7 +844,22 @@ mod chart {
             (vec!["extraArgs={run}"], "extraArgs"),
             (
                 vec!["leaderElection.enabled=false"],
+                "set controller.replicaCount to 1",
+            ),
+            (
+                vec!["deployment=combined", "leaderElection.enabled=false"],
                 "set replicaCount to 1",
+            ),
+            (vec!["deployment=both"], "deployment"),
+            (vec!["controller.replicaCount=0"], "replicaCount"),
+            (vec!["controller.extraArgs={resync}"], "extraArgs"),
+            (vec!["networkPolicy.webhookFrom[0].ports=8443"], "ports"),
+            (
+                vec![
+                    "networkPolicy.adminFrom[0].ipBlock.cidr=10.0.0.0/8",
+                    "networkPolicy.adminFrom[0].podSelector.matchLabels.a=b",
+                ],
+                "adminFrom",
             ),
             (
                 vec!["terminationGracePeriodSeconds=5"],
@@ -711,9 +965,32 @@ mod cluster {
         }
     }
 
-    /// Once per binary: cheiron's namespace, ServiceAccounts and RBAC from the plain manifests,
-    /// applied for real (Deployment, Service, Job and webhook configuration stay dry-run
-    /// only), and the authorizer seen to use them.
+    /// The combined mode's identity: ServiceAccount `cheiron` and its bindings, renamed
+    /// `<name>-combined` so that they hold in the same cluster as the split bindings of the
+    /// same roles (a real cluster has one mode, and one name for each binding).
+    fn combined_identity() -> Result<Vec<Value>> {
+        let mut out = Vec::new();
+        for mut object in combined_objects()? {
+            let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+            let is_binding = kind == "ClusterRoleBinding" || kind == "RoleBinding";
+            let is_identity = kind == "ServiceAccount" && object["metadata"]["name"] == "cheiron";
+            if is_binding && object["subjects"][0]["name"] == "cheiron" {
+                let name = format!(
+                    "{}-combined",
+                    object["metadata"]["name"].as_str().unwrap_or_default()
+                );
+                object["metadata"]["name"] = Value::String(name);
+                out.push(object);
+            } else if is_identity {
+                out.push(object);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Once per binary: cheiron's namespace, ServiceAccounts and RBAC from the plain manifests
+    /// (split), and the combined mode's identity, applied for real (Deployments, Services, Job
+    /// and webhook configuration stay dry-run only), and the authorizer seen to use them.
     async fn installed(client: &Client) -> Result<()> {
         static INSTALLED: OnceCell<Result<(), String>> = OnceCell::const_new();
         INSTALLED
@@ -726,7 +1003,8 @@ mod cluster {
                     "Role",
                     "RoleBinding",
                 ];
-                let objects = plain_objects().map_err(|e| e.to_string())?;
+                let mut objects = plain_objects().map_err(|e| e.to_string())?;
+                objects.extend(combined_identity().map_err(|e| e.to_string())?);
                 for object in objects
                     .iter()
                     .filter(|o| persisted.contains(&o["kind"].as_str().unwrap_or_default()))
@@ -735,19 +1013,22 @@ mod cluster {
                         .await
                         .map_err(|e| e.to_string())?;
                 }
-                let probe: Row = ("list", "", "secrets", "", "", "probe");
-                until(
-                    "the authorizer to see cheiron's RBAC",
-                    Duration::from_secs(20),
-                    || async {
-                        allowed(client, CHEIRON_USER, &probe)
-                            .await
-                            .ok()
-                            .filter(|a| *a)
-                    },
-                )
-                .await
-                .map_err(|e| e.to_string())?;
+                for (user, probe) in [
+                    (CHEIRON_USER, ("list", "", "secrets", "", "", "probe")),
+                    (CONTROLLER_USER, ("list", "", "secrets", "", "", "probe")),
+                    (
+                        WEBHOOK_USER,
+                        ("get", "", "namespaces", "", "probe", "probe"),
+                    ),
+                ] {
+                    until(
+                        &format!("the authorizer to see the RBAC of {user}"),
+                        Duration::from_secs(20),
+                        || async { allowed(client, user, &probe).await.ok().filter(|a| *a) },
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                }
                 Ok(())
             })
             .await
@@ -761,10 +1042,12 @@ mod cluster {
         installed(s.client()).await?;
         let crds = documents(&std::fs::read(repo().join("webhook-config/crds.yaml"))?)?;
         let objects = plain_objects()?;
+        let combined = combined_objects()?;
         let applied = dry_run_all(s.client(), "webhook-config/crds.yaml", &crds).await?
-            + dry_run_all(s.client(), "webhook-config/", &objects).await?;
-        assert_eq!(applied, crds.len() + objects.len());
-        assert!(applied >= 20, "{}", describe(&objects));
+            + dry_run_all(s.client(), "webhook-config/", &objects).await?
+            + dry_run_all(s.client(), "cheiron manifests, combined", &combined).await?;
+        assert_eq!(applied, crds.len() + objects.len() + combined.len());
+        assert!(applied >= 40, "{}", describe(&objects));
         Ok(())
     }
 
@@ -784,6 +1067,13 @@ mod cluster {
                 "certificates.caBundle=Zm9v",
             ],
             CERT_MANAGER_AND_MONITORING.to_vec(),
+            vec!["deployment=combined"],
+            vec![
+                "networkPolicy.webhookFrom[0].ipBlock.cidr=172.16.0.0/28",
+                "networkPolicy.webhookFrom[1].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=kube-system",
+                "networkPolicy.webhookFrom[1].podSelector.matchLabels.app=konnectivity-agent",
+                "networkPolicy.adminFrom=null",
+            ],
         ] {
             let objects = render(&values)?;
             let (foreign, own): (Vec<Value>, Vec<Value>) =
@@ -842,31 +1132,29 @@ mod cluster {
             "{refused:?}"
         );
 
-        let plain = plain_objects()?;
-        let chart = render(&[])?;
-        let templates = [
-            (
-                "plain Deployment",
-                &find(&plain, "Deployment", "cheiron")?["spec"]["template"],
-            ),
-            (
-                "plain Job",
-                &find(&plain, "Job", "cheiron-certs")?["spec"]["template"],
-            ),
-            (
-                "chart Deployment",
-                &find(&chart, "Deployment", "cheiron")?["spec"]["template"],
-            ),
-            (
-                "chart create Job",
-                &find(&chart, "Job", "cheiron-certs-create")?["spec"]["template"],
-            ),
-            (
-                "chart patch Job",
-                &find(&chart, "Job", "cheiron-certs-patch")?["spec"]["template"],
-            ),
-        ];
-        for (what, template) in templates {
+        // Every Pod template of both installs, in both modes.
+        let mut templates = Vec::new();
+        for (install, objects) in [
+            ("plain", plain_objects()?),
+            ("plain combined", combined_objects()?),
+            ("chart", render(&[])?),
+            ("chart combined", render(&["deployment=combined"])?),
+        ] {
+            for object in &objects {
+                if object["kind"] == "Deployment" || object["kind"] == "Job" {
+                    let what = format!(
+                        "{install} {} {}",
+                        object["kind"].as_str().unwrap_or_default(),
+                        object["metadata"]["name"].as_str().unwrap_or_default()
+                    );
+                    templates.push((what, object["spec"]["template"].clone()));
+                }
+            }
+        }
+        // Deployments and Jobs: plain 2 + 1, plain combined 1 + 1, chart 2 + 2 (hooks), chart
+        // combined 1 + 2.
+        assert_eq!(templates.len(), 12, "{templates:#?}");
+        for (what, template) in &templates {
             let pod = pod_of(template, "cheiron-pss")?;
             pods.create(&dry_run, &pod)
                 .await
@@ -875,7 +1163,11 @@ mod cluster {
         Ok(())
     }
 
+    /// The combined mode's identity (`cheiron run`).
     const CHEIRON_USER: &str = "system:serviceaccount:cheiron-system:cheiron";
+    /// The split mode's identities.
+    const WEBHOOK_USER: &str = "system:serviceaccount:cheiron-system:cheiron-webhook";
+    const CONTROLLER_USER: &str = "system:serviceaccount:cheiron-system:cheiron-controller";
     const CERTS_USER: &str = "system:serviceaccount:cheiron-system:cheiron-certs";
 
     /// One access check: verb, API group, resource (`resource/subresource`), namespace ("" for
@@ -900,47 +1192,87 @@ mod cluster {
     const NS: &str = NAMESPACE;
     const LEASE: &str = "cheiron-controller";
 
-    /// Every call the code makes, as `cheiron` (webhook and controller share one
-    /// ServiceAccount, since `cheiron run` is both).
+    /// Every call the webhook makes (src/source/cluster.rs).
     #[rustfmt::skip]
-    const CHEIRON_NEEDS: &[Row] = &[
-        // The webhook (src/source/cluster.rs).
-        ("list",   G,  IPSM,         "", "", "webhook: managers reflector (and the CRD probe)"),
-        ("watch",  G,  IPSM,         "", "", "webhook: managers reflector"),
-        ("list",   G,  CIPSM,        "", "", "webhook: cluster managers reflector"),
-        ("watch",  G,  CIPSM,        "", "", "webhook: cluster managers reflector"),
-        ("list",   "", "namespaces", "", "", "webhook + controller: namespaces (metadata)"),
-        ("watch",  "", "namespaces", "", "", "webhook + controller: namespaces (metadata)"),
-        ("get",    "", "namespaces", "", "team-a", "webhook: a namespace its cache has not seen yet"),
-        ("list",   "", "secrets",    "", "", "webhook + controller: cheiron's Secrets, by label"),
-        ("watch",  "", "secrets",    "", "", "webhook + controller: cheiron's Secrets, by label"),
-        // The controller (src/controller/).
-        ("patch",  G,  IPSM,  "team-a", "m", "controller: add/remove the finalizer"),
-        ("patch",  G,  CIPSM, "",       "m", "controller: add/remove the finalizer"),
-        ("patch",  G,  "imagepullsecretmanagers/status",        "team-a", "m", "controller: status"),
-        ("patch",  G,  "clusterimagepullsecretmanagers/status", "",       "m", "controller: status"),
-        ("get",    "", "secrets", "team-b", "registry-token", "controller: read a source by name"),
-        ("list",   "", "secrets", "team-b", "", "controller: watch a source by field selector"),
-        ("watch",  "", "secrets", "team-b", "", "controller: watch a source by field selector"),
-        ("get",    "", "secrets", "team-a", "docker-hub", "controller: its Secret, before writing"),
-        ("create", "", "secrets", "team-a", "", "controller: materialise a Secret"),
-        ("update", "", "secrets", "team-a", "docker-hub", "controller: replace its Secret"),
-        ("delete", "", "secrets", "team-a", "docker-hub", "controller: remove its Secret"),
-        ("list",   "", "serviceaccounts", "", "", "controller: ServiceAccounts reflector"),
-        ("watch",  "", "serviceaccounts", "", "", "controller: ServiceAccounts reflector"),
-        ("get",    "", "serviceaccounts", "team-a", "default", "controller: before patching"),
-        ("patch",  "", "serviceaccounts", "team-a", "default", "controller: backfill, clean up"),
-        ("create", EVENTS, "events", "team-a",  "", "controller: Event on a manager or ServiceAccount"),
-        ("create", EVENTS, "events", "default", "", "controller: Event on a cluster manager"),
-        ("patch",  EVENTS, "events", "team-a",  "e", "controller: a repeated Event"),
+    const WEBHOOK_NEEDS: &[Row] = &[
+        ("list",   G,  IPSM,         "", "", "managers reflector (and the CRD probe)"),
+        ("watch",  G,  IPSM,         "", "", "managers reflector"),
+        ("list",   G,  CIPSM,        "", "", "cluster managers reflector"),
+        ("watch",  G,  CIPSM,        "", "", "cluster managers reflector"),
+        ("list",   "", "namespaces", "", "", "namespaces (metadata)"),
+        ("watch",  "", "namespaces", "", "", "namespaces (metadata)"),
+        ("get",    "", "namespaces", "", "team-a", "a namespace its cache has not seen yet"),
+    ];
+
+    /// What the webhook's identity must not do, though the controller's may: read any Secret,
+    /// or write anything.
+    #[rustfmt::skip]
+    const WEBHOOK_MUST_NOT: &[Row] = &[
+        ("list",   "", "secrets", "",       "",               "no Secret access at all"),
+        ("watch",  "", "secrets", "",       "",               "no Secret access at all"),
+        ("get",    "", "secrets", "team-b", "registry-token", "no Secret access at all"),
+        ("list",   "", "secrets", "team-b", "",               "no Secret access at all"),
+        ("get",    "", "secrets", NS,       "cheiron-tls",    "its certificate is a mounted volume"),
+        ("create", "", "secrets", "team-a", "",               "writes nothing"),
+        ("update", "", "secrets", "team-a", "docker-hub",     "writes nothing"),
+        ("delete", "", "secrets", "team-a", "docker-hub",     "writes nothing"),
+        ("list",   "", "serviceaccounts", "", "",                "ServiceAccounts are the controller's"),
+        ("get",    "", "serviceaccounts", "team-a", "default",   "ServiceAccounts are the controller's"),
+        ("patch",  "", "serviceaccounts", "team-a", "default",   "writes nothing"),
+        ("patch",  G,  IPSM,  "team-a", "m", "writes nothing"),
+        ("patch",  G,  CIPSM, "",       "m", "writes nothing"),
+        ("patch",  G,  "imagepullsecretmanagers/status",        "team-a", "m", "writes nothing"),
+        ("patch",  G,  "clusterimagepullsecretmanagers/status", "",       "m", "writes nothing"),
+        ("create", EVENTS, "events", "team-a", "",  "writes nothing"),
+        ("patch",  EVENTS, "events", "team-a", "e", "writes nothing"),
+        ("create", LEASES, "leases", NS, "",    "no leader election"),
+        ("get",    LEASES, "leases", NS, LEASE, "no leader election"),
+        ("patch",  LEASES, "leases", NS, LEASE, "no leader election"),
+    ];
+
+    /// Every call the controller makes (src/controller/).
+    #[rustfmt::skip]
+    const CONTROLLER_NEEDS: &[Row] = &[
+        ("list",   G,  IPSM,  "", "", "managers (and the CRD probe)"),
+        ("watch",  G,  IPSM,  "", "", "managers"),
+        ("list",   G,  CIPSM, "", "", "cluster managers"),
+        ("watch",  G,  CIPSM, "", "", "cluster managers"),
+        ("patch",  G,  IPSM,  "team-a", "m", "add/remove the finalizer"),
+        ("patch",  G,  CIPSM, "",       "m", "add/remove the finalizer"),
+        ("patch",  G,  "imagepullsecretmanagers/status",        "team-a", "m", "status"),
+        ("patch",  G,  "clusterimagepullsecretmanagers/status", "",       "m", "status"),
+        ("list",   "", "namespaces", "", "", "namespaces (metadata)"),
+        ("watch",  "", "namespaces", "", "", "namespaces (metadata)"),
+        ("list",   "", "secrets", "", "", "cheiron's Secrets, by label"),
+        ("watch",  "", "secrets", "", "", "cheiron's Secrets, by label"),
+        ("get",    "", "secrets", "team-b", "registry-token", "read a source by name"),
+        ("list",   "", "secrets", "team-b", "", "watch a source by field selector"),
+        ("watch",  "", "secrets", "team-b", "", "watch a source by field selector"),
+        ("get",    "", "secrets", "team-a", "docker-hub", "its Secret, before writing"),
+        ("create", "", "secrets", "team-a", "", "materialise a Secret"),
+        ("update", "", "secrets", "team-a", "docker-hub", "replace its Secret"),
+        ("delete", "", "secrets", "team-a", "docker-hub", "remove its Secret"),
+        ("list",   "", "serviceaccounts", "", "", "ServiceAccounts reflector"),
+        ("watch",  "", "serviceaccounts", "", "", "ServiceAccounts reflector"),
+        ("get",    "", "serviceaccounts", "team-a", "default", "before patching"),
+        ("patch",  "", "serviceaccounts", "team-a", "default", "backfill, clean up"),
+        ("create", EVENTS, "events", "team-a",  "", "Event on a manager or ServiceAccount"),
+        ("create", EVENTS, "events", "default", "", "Event on a cluster manager"),
+        ("patch",  EVENTS, "events", "team-a",  "e", "a repeated Event"),
         ("create", LEASES, "leases", NS, "",    "leader election: the first replica"),
         ("get",    LEASES, "leases", NS, LEASE, "leader election"),
         ("patch",  LEASES, "leases", NS, LEASE, "leader election: renew, take over, release"),
     ];
 
-    /// Broader things `cheiron` must not be able to do.
+    /// What the controller's identity must not do, though the webhook's may.
     #[rustfmt::skip]
-    const CHEIRON_MUST_NOT: &[Row] = &[
+    const CONTROLLER_MUST_NOT: &[Row] = &[
+        ("get", "", "namespaces", "", "team-a", "namespaces come from the watch"),
+    ];
+
+    /// Broader things no identity of cheiron may do.
+    #[rustfmt::skip]
+    const NONE_MAY: &[Row] = &[
         ("delete", "", "namespaces", "", "team-a", "namespaces are read only"),
         ("patch",  "", "namespaces", "", "team-a", "namespaces are read only"),
         ("create", "", "namespaces", "", "",       "namespaces are read only"),
@@ -949,10 +1281,12 @@ mod cluster {
         ("create", "", "pods/exec", "team-a", "p", "no workloads"),
         ("update", "apiextensions.k8s.io", "customresourcedefinitions", "", "imagepullsecretmanagers.cheiron.anny.co", "CRDs are installed by you"),
         ("escalate", RBAC, "clusterroles", "", "cheiron-controller", "no escalation"),
+        ("bind",     RBAC, "clusterroles", "", "cheiron-controller", "no escalation"),
         ("bind",     RBAC, "clusterroles", "", "cluster-admin",      "no escalation"),
         ("create",   RBAC, "rolebindings", NS, "",                   "no escalation"),
         ("impersonate", "", "users", "", "admin", "no escalation"),
         ("create", "", "serviceaccounts/token", "team-a", "default", "never mints tokens"),
+        ("create", "", "serviceaccounts/token", NS, "cheiron-controller", "never mints tokens"),
         ("get",    "", "secrets/status", "team-a", "docker-hub", "no Secret subresources"),
         ("deletecollection", "", "secrets", "team-a", "", "deletes its Secrets one by one"),
         ("patch",  "", "secrets", "team-a", "docker-hub", "replaces, never patches, Secrets"),
@@ -961,6 +1295,7 @@ mod cluster {
         ("delete", "", "serviceaccounts", "team-a", "default", "only patches ServiceAccounts"),
         ("create", G, IPSM,  "team-a", "",  "managers are written by users"),
         ("update", G, IPSM,  "team-a", "m", "managers are only patched (finalizer)"),
+        ("update", G, "imagepullsecretmanagers/finalizers", "team-a", "m", "no blockOwnerDeletion"),
         ("delete", G, CIPSM, "",       "m", "managers are written by users"),
         ("get",    G, IPSM,  "team-a", "m", "managers come from the watch"),
         ("update", G, "clusterimagepullsecretmanagers/status", "", "m", "status is only patched"),
@@ -1065,17 +1400,48 @@ mod cluster {
     }
 
     #[tokio::test]
-    async fn cheiron_service_account_can_make_every_call_the_code_makes() -> Result {
-        let s = Scenario::new(CHEIRON, "install-rbac-can").await?;
+    async fn webhook_service_account_can_make_every_call_the_webhook_makes() -> Result {
+        let s = Scenario::new(CHEIRON, "install-rbac-webhook-can").await?;
         installed(s.client()).await?;
-        expect(s.client(), CHEIRON_USER, true, CHEIRON_NEEDS).await
+        expect(s.client(), WEBHOOK_USER, true, WEBHOOK_NEEDS).await
     }
 
     #[tokio::test]
-    async fn cheiron_service_account_cannot_do_more_than_the_code_needs() -> Result {
+    async fn webhook_service_account_can_read_no_secret_and_write_nothing() -> Result {
+        let s = Scenario::new(CHEIRON, "install-rbac-webhook-cannot").await?;
+        installed(s.client()).await?;
+        expect(s.client(), WEBHOOK_USER, false, WEBHOOK_MUST_NOT).await?;
+        expect(s.client(), WEBHOOK_USER, false, NONE_MAY).await
+    }
+
+    #[tokio::test]
+    async fn controller_service_account_can_make_every_call_the_controller_makes() -> Result {
+        let s = Scenario::new(CHEIRON, "install-rbac-controller-can").await?;
+        installed(s.client()).await?;
+        expect(s.client(), CONTROLLER_USER, true, CONTROLLER_NEEDS).await
+    }
+
+    #[tokio::test]
+    async fn controller_service_account_cannot_do_more_than_the_controller_needs() -> Result {
+        let s = Scenario::new(CHEIRON, "install-rbac-controller-cannot").await?;
+        installed(s.client()).await?;
+        expect(s.client(), CONTROLLER_USER, false, CONTROLLER_MUST_NOT).await?;
+        expect(s.client(), CONTROLLER_USER, false, NONE_MAY).await
+    }
+
+    #[tokio::test]
+    async fn combined_service_account_can_make_every_call_of_webhook_and_controller() -> Result {
+        let s = Scenario::new(CHEIRON, "install-rbac-can").await?;
+        installed(s.client()).await?;
+        expect(s.client(), CHEIRON_USER, true, WEBHOOK_NEEDS).await?;
+        expect(s.client(), CHEIRON_USER, true, CONTROLLER_NEEDS).await
+    }
+
+    #[tokio::test]
+    async fn combined_service_account_cannot_do_more_than_webhook_and_controller_need() -> Result {
         let s = Scenario::new(CHEIRON, "install-rbac-cannot").await?;
         installed(s.client()).await?;
-        expect(s.client(), CHEIRON_USER, false, CHEIRON_MUST_NOT).await
+        expect(s.client(), CHEIRON_USER, false, NONE_MAY).await
     }
 
     #[tokio::test]
@@ -1226,16 +1592,93 @@ mod cluster {
         Ok(())
     }
 
-    #[tokio::test]
-    async fn cheiron_run_does_its_job_with_only_the_generated_rbac() -> Result {
-        let s = Scenario::new(CHEIRON, "install-run").await?;
-        installed(s.client()).await?;
-        let cluster = s.cluster()?;
-        let dir = tempfile::tempdir()?;
-        let kubeconfig = dir.path().join("cheiron.kubeconfig");
-        service_account_kubeconfig(s.client(), &cluster.admin_config(), "cheiron", &kubeconfig)
-            .await?;
+    /// Held by a test while its process may hold the controller's Lease: the generated Role
+    /// allows one Lease name only, so two controllers under test would take turns, and one test
+    /// could pass on the other's work.
+    static LEASE_HOLDER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+    /// `cheiron <args>` with a token of `service_account` in cheiron's namespace, as Pod
+    /// `pod_name`, its log in `dir`, admin server on `admin`; returned once `/readyz` answers 200.
+    async fn start_as(
+        s: &Scenario,
+        dir: &Path,
+        service_account: &str,
+        pod_name: &str,
+        args: &[String],
+        admin: u16,
+    ) -> Result<(Running, PathBuf)> {
+        let kubeconfig = dir.join(format!("{service_account}.kubeconfig"));
+        service_account_kubeconfig(
+            s.client(),
+            &s.cluster()?.admin_config(),
+            service_account,
+            &kubeconfig,
+        )
+        .await?;
+        let log_path = dir.join(format!("{pod_name}.log"));
+        let log = std::fs::File::create(&log_path)?;
+        let mut process = Running(
+            Command::new(env!("CARGO_BIN_EXE_cheiron"))
+                .args(args)
+                .arg(format!("--admin-listen=127.0.0.1:{admin}"))
+                .env("KUBECONFIG", &kubeconfig)
+                .env("CHEIRON_POD_NAMESPACE", NAMESPACE)
+                .env("CHEIRON_POD_NAME", pod_name)
+                .env("CHEIRON_LOG", "info,cheiron=debug")
+                .env("NO_COLOR", "1")
+                .env_remove("CHEIRON_FROM")
+                .env_remove("CHEIRON_TLS_CERT_DIR")
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .spawn()?,
+        );
+        let readyz = format!("http://127.0.0.1:{admin}/readyz");
+        let ready = until(
+            &format!("`cheiron {}` ready", args.join(" ")),
+            Duration::from_secs(30),
+            || async {
+                reqwest::get(&readyz)
+                    .await
+                    .ok()
+                    .filter(|r| r.status().is_success())
+            },
+        )
+        .await;
+        if let Some(status) = process.0.try_wait()? {
+            return Err(format!(
+                "`cheiron {}` exited ({status}):\n{}",
+                args.join(" "),
+                tail(&log_path)
+            )
+            .into());
+        }
+        if let Err(e) = ready {
+            return Err(format!("{e}\n--- log (tail) ---\n{}", tail(&log_path)).into());
+        }
+        Ok((process, log_path))
+    }
+
+    /// The last lines of the log at `path`.
+    fn tail(path: &Path) -> String {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// The lines of `log` that say an API call was refused, but for `allowed_about`.
+    fn refusals<'a>(log: &'a str, allowed_about: Option<&str>) -> Vec<&'a str> {
+        log.lines()
+            .filter(|l| l.to_lowercase().contains("forbidden"))
+            .filter(|l| allowed_about.is_none_or(|about| !l.contains(about)))
+            .collect()
+    }
+
+    /// The controller's job, done by the process of `log` as Pod `pod_name`: a manager's
+    /// Secret materialised from its source, `default` backfilled, `Ready=True` in status, an
+    /// Event, the Lease held by that process, and the finalizer's clean-up, all without a
+    /// refused API call.
+    async fn controller_does_its_job(s: &Scenario, log: &Path, pod_name: &str) -> Result {
         let ns = s.create_namespace(&[], &[]).await?;
         let service_accounts: Api<ServiceAccount> = Api::namespaced(s.client().clone(), &ns);
         // kcm's `default` first, so that its pull secret can only come from the controller.
@@ -1252,33 +1695,6 @@ mod cluster {
             "stringData": {"token": "s3cr3t"},
         }))?;
         secrets.create(&PostParams::default(), &token).await?;
-
-        let [listen, admin] = harness::free_ports()?;
-        let log_path = dir.path().join("cheiron-run.log");
-        let log = std::fs::File::create(&log_path)?;
-        let _cheiron = Running(
-            Command::new(env!("CARGO_BIN_EXE_cheiron"))
-                .args([
-                    "run",
-                    "--self-signed",
-                    "--leader-election",
-                    "--shutdown-delay=0",
-                ])
-                .arg(format!("--listen=127.0.0.1:{listen}"))
-                .arg(format!("--admin-listen=127.0.0.1:{admin}"))
-                .env("KUBECONFIG", &kubeconfig)
-                .env("CHEIRON_POD_NAMESPACE", NAMESPACE)
-                .env("CHEIRON_POD_NAME", "cheiron-install-test")
-                .env("CHEIRON_LOG", "info,cheiron=debug")
-                .env("NO_COLOR", "1")
-                .env_remove("CHEIRON_FROM")
-                .env_remove("CHEIRON_TLS_CERT_DIR")
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .spawn()?,
-        );
-        let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
 
         s.apply_manager(&format!(
             "
@@ -1346,7 +1762,14 @@ spec:
             let lease = Api::<Lease>::namespaced(s.client().clone(), NAMESPACE)
                 .get("cheiron-controller")
                 .await?;
-            assert!(lease.spec.and_then(|s| s.holder_identity).is_some());
+            let holder = lease
+                .spec
+                .and_then(|s| s.holder_identity)
+                .unwrap_or_default();
+            assert!(
+                holder.starts_with(&format!("{pod_name}-")),
+                "the Lease is held by {holder:?}, not by the process under test"
+            );
 
             // Deleting the manager: the finalizer removes what cheiron wrote.
             managers.delete("rbac", &DeleteParams::default()).await?;
@@ -1362,22 +1785,165 @@ spec:
                 },
             )
             .await?;
-            eprintln!("cheiron run did its job in {:?}", started.elapsed());
+            eprintln!(
+                "{pod_name} did the controller's job in {:?}",
+                started.elapsed()
+            );
             Ok::<(), harness::Error>(())
         }
         .await;
-        let text = log();
         if let Err(e) = outcome {
-            return Err(format!("{e}\n--- cheiron run log ---\n{text}").into());
+            return Err(format!("{e}\n--- {pod_name} log (tail) ---\n{}", tail(log)).into());
         }
-        let forbidden: Vec<&str> = text
-            .lines()
-            .filter(|l| l.to_lowercase().contains("forbidden"))
-            .collect();
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let refused = refusals(&text, None);
         assert!(
-            forbidden.is_empty(),
-            "cheiron run was refused API calls under the generated RBAC:\n{}",
-            forbidden.join("\n")
+            refused.is_empty(),
+            "{pod_name} was refused API calls under the generated RBAC:\n{}",
+            refused.join("\n")
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn cheiron_run_does_its_job_with_only_the_combined_rbac() -> Result {
+        let s = Scenario::new(CHEIRON, "install-run").await?;
+        installed(s.client()).await?;
+        let _lease = LEASE_HOLDER.lock().await;
+        let dir = tempfile::tempdir()?;
+        let [listen, admin] = harness::free_ports()?;
+        let args = [
+            "run".to_owned(),
+            "--self-signed".to_owned(),
+            "--leader-election".to_owned(),
+            "--lease-duration=5".to_owned(),
+            "--shutdown-delay=0".to_owned(),
+            format!("--listen=127.0.0.1:{listen}"),
+        ];
+        let (_cheiron, log) =
+            start_as(&s, dir.path(), "cheiron", "install-run", &args, admin).await?;
+        controller_does_its_job(&s, &log, "install-run").await
+    }
+
+    #[tokio::test]
+    async fn cheiron_controller_does_its_job_with_only_its_own_rbac() -> Result {
+        let s = Scenario::new(CHEIRON, "install-controller").await?;
+        installed(s.client()).await?;
+        let _lease = LEASE_HOLDER.lock().await;
+        let dir = tempfile::tempdir()?;
+        let [admin] = harness::free_ports()?;
+        let args = [
+            "controller".to_owned(),
+            "--leader-election".to_owned(),
+            "--lease-duration=5".to_owned(),
+        ];
+        let (_controller, log) = start_as(
+            &s,
+            dir.path(),
+            "cheiron-controller",
+            "install-controller",
+            &args,
+            admin,
+        )
+        .await?;
+        controller_does_its_job(&s, &log, "install-controller").await
+    }
+
+    #[tokio::test]
+    async fn cheiron_webhook_becomes_ready_and_answers_with_only_its_own_rbac() -> Result {
+        let s = Scenario::new(CHEIRON, "install-webhook").await?;
+        installed(s.client()).await?;
+        let ns = s.create_namespace(&[], &[]).await?;
+        s.apply_manager(&format!(
+            "
+apiVersion: cheiron.anny.co/v1alpha1
+kind: ImagePullSecretManager
+metadata: {{name: webhook-rbac, namespace: {ns}}}
+spec:
+  mode: Pod
+  secrets:
+    - name: pulled
+      registry: registry.example
+      username: bot
+      passwordSecretRef: {{name: registry-token, key: token}}
+"
+        ))
+        .await?;
+        let dir = tempfile::tempdir()?;
+        let [listen, admin] = harness::free_ports()?;
+        let args = [
+            "webhook".to_owned(),
+            "--self-signed".to_owned(),
+            "--shutdown-delay=0".to_owned(),
+            format!("--listen=127.0.0.1:{listen}"),
+        ];
+        let (_webhook, log) = start_as(
+            &s,
+            dir.path(),
+            "cheiron-webhook",
+            "install-webhook",
+            &args,
+            admin,
+        )
+        .await?;
+
+        // A Pod review in the manager's namespace: the webhook adds the manager's Secret.
+        let review = serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "install-webhook",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": ns,
+                "operation": "CREATE",
+                "userInfo": {"username": "install-test"},
+                "object": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "p", "namespace": ns},
+                    "spec": {"containers": [{"name": "c", "image": "registry.example/app"}]},
+                },
+            },
+        });
+        let https = reqwest::Client::builder()
+            .danger_accept_invalid_certs(true)
+            .build()?;
+        let url = format!("https://127.0.0.1:{listen}/mutate");
+        let answered = until(
+            "the webhook to add the manager's Secret to a Pod",
+            Duration::from_secs(30),
+            || async {
+                let response: Value = https
+                    .post(&url)
+                    .json(&review)
+                    .send()
+                    .await
+                    .ok()?
+                    .json()
+                    .await
+                    .ok()?;
+                let patch = response["response"]["patch"].as_str()?;
+                let patch = base64::engine::general_purpose::STANDARD
+                    .decode(patch)
+                    .ok()?;
+                String::from_utf8_lossy(&patch)
+                    .contains("pulled")
+                    .then_some(())
+            },
+        )
+        .await;
+        if let Err(e) = answered {
+            return Err(format!("{e}\n--- cheiron webhook log (tail) ---\n{}", tail(&log)).into());
+        }
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        // Its identity may not list Secrets, and the webhook may say so; nothing else is
+        // refused.
+        let refused = refusals(&text, Some("secrets"));
+        assert!(
+            refused.is_empty(),
+            "cheiron webhook was refused API calls under its generated RBAC:\n{}",
+            refused.join("\n")
         );
         Ok(())
     }
@@ -1420,7 +1986,9 @@ spec:
             "kubectl get ipsm,cipsm",
             "--dry-run=server",
             "curl -s localhost:8080/metrics",
-            "rollout status deployment/notes-cheiron",
+            "rollout status deployment/notes-cheiron-webhook",
+            "rollout status deployment/notes-cheiron-controller",
+            "no Secret access",
             "delete every manager first",
         ] {
             assert!(

@@ -1,5 +1,6 @@
-//! One installation of cheiron described as a value: its namespace and image, the names and
-//! ports every generated object agrees on, and the metadata and security contexts they share.
+//! One installation of cheiron described as a value: its namespace and image, how its webhook
+//! and controller are deployed, the names and ports every generated object agrees on, and the
+//! metadata and security contexts they share.
 //! The generators (`manifests`, `workload`, `certificates`) depend on this room, never on
 //! each other's.
 
@@ -12,8 +13,16 @@ use k8s_openapi::{
 
 /// The namespace of the plain manifests.
 pub const DEFAULT_NAMESPACE: &str = "cheiron-system";
-/// Name of the Deployment, Service, ServiceAccount and MutatingWebhookConfiguration.
+/// Name of the Service and the MutatingWebhookConfiguration, and of the Deployment and
+/// ServiceAccount of `cheiron run` ([`DeploymentMode::Combined`]).
 pub const NAME: &str = "cheiron";
+/// Name of the webhook's Deployment, ServiceAccount, PodDisruptionBudget and NetworkPolicy
+/// ([`DeploymentMode::Split`]), and of the ClusterRole of what the webhook reads.
+pub const WEBHOOK: &str = "cheiron-webhook";
+/// Name of the controller's Deployment, ServiceAccount, metrics Service, PodDisruptionBudget
+/// and NetworkPolicy ([`DeploymentMode::Split`]), and of the ClusterRole of what the
+/// controller reads and writes.
+pub const CONTROLLER: &str = "cheiron-controller";
 /// The serving certificate's Secret (`kubernetes.io/tls`: tls.crt, tls.key, ca.crt).
 pub const TLS_SECRET: &str = "cheiron-tls";
 /// The `cheiron-certs` Job and its ServiceAccount.
@@ -39,6 +48,98 @@ pub const RUN_AS: i64 = 65532;
 /// `cheiron` and `cheiron-certs`.
 pub fn default_image() -> String {
     format!("ghcr.io/anny-co/cheiron:{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// How the webhook and the controller run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeploymentMode {
+    /// `cheiron webhook` and `cheiron controller` in Deployments of their own, each under its
+    /// own ServiceAccount: the Pods that serve the apiserver can read no Secret and write
+    /// nothing. The default, and what `webhook-config/` holds.
+    #[default]
+    Split,
+    /// `cheiron run` in one Deployment under one ServiceAccount that holds the rights of both:
+    /// fewer Pods, for small clusters.
+    Combined,
+}
+
+impl DeploymentMode {
+    /// Both modes, the default first.
+    pub const ALL: [DeploymentMode; 2] = [DeploymentMode::Split, DeploymentMode::Combined];
+
+    /// The chart value and flag value: `split` or `combined`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeploymentMode::Split => "split",
+            DeploymentMode::Combined => "combined",
+        }
+    }
+
+    /// The Deployments of this mode, in apply order.
+    pub fn workloads(self) -> &'static [Workload] {
+        match self {
+            DeploymentMode::Split => &[Workload::Webhook, Workload::Controller],
+            DeploymentMode::Combined => &[Workload::Combined],
+        }
+    }
+}
+
+impl std::fmt::Display for DeploymentMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for DeploymentMode {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|mode| mode.as_str() == text)
+            .ok_or_else(|| format!("{text:?} is not a deployment mode (split or combined)"))
+    }
+}
+
+/// One Deployment of cheiron: what it runs and under which identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// `cheiron webhook`, under [`WEBHOOK`].
+    Webhook,
+    /// `cheiron controller`, leader-elected, under [`CONTROLLER`].
+    Controller,
+    /// `cheiron run`, both in one process, under [`NAME`].
+    Combined,
+}
+
+impl Workload {
+    /// The name of its Deployment, ServiceAccount, PodDisruptionBudget and NetworkPolicy.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Webhook => WEBHOOK,
+            Workload::Controller => CONTROLLER,
+            Workload::Combined => NAME,
+        }
+    }
+
+    /// The `app.kubernetes.io/component` of its Pods. `cheiron run` serves the webhook, so its
+    /// Pods are `webhook` Pods too: the Service selects them.
+    pub fn component(self) -> &'static str {
+        match self {
+            Workload::Webhook | Workload::Combined => "webhook",
+            Workload::Controller => "controller",
+        }
+    }
+
+    /// Whether its Pods serve the webhook (HTTPS port, serving certificate, Service).
+    pub fn serves_webhook(self) -> bool {
+        matches!(self, Workload::Webhook | Workload::Combined)
+    }
+
+    /// Whether it runs the controller (Secret writes, Lease).
+    pub fn runs_controller(self) -> bool {
+        matches!(self, Workload::Controller | Workload::Combined)
+    }
 }
 
 /// What is installed and where. [`Install::default`] is what `webhook-config/` holds.

@@ -1,6 +1,7 @@
 //! The plain manifests of `webhook-config/`, for clusters installed without Helm: one
-//! [`Install`] describes the installation, [`Install::files`] renders it. `cheiron manifests`
-//! writes them, and `tests/install.rs` and CI fail when the committed copy drifts.
+//! [`Install`] describes the installation, [`Install::files`] renders it (the split
+//! [`DeploymentMode`]; [`Install::files_for`] renders either). `cheiron manifests` writes them,
+//! and `tests/install.rs` and CI fail when the committed copy drifts.
 
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
@@ -10,9 +11,15 @@ use serde_json::Value;
 
 use super::{
     WebhookClient, WebhookRegistration, certificates,
-    installation::{CERTIFICATES, Install, LEASE, NAME, SERVICE_PORT, TLS_SECRET},
-    rbac, workload,
+    installation::{
+        CERTIFICATES, CONTROLLER, DeploymentMode, Install, LEASE, NAME, SERVICE_PORT, TLS_SECRET,
+        WEBHOOK, Workload,
+    },
+    network_policy, rbac, workload,
 };
+
+/// The Role and RoleBinding of the controller's Lease.
+const LEADER_ELECTION: &str = "cheiron-leader-election";
 
 /// One file of the plain manifests.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,34 +123,68 @@ impl Install {
         )
     }
 
-    /// cheiron itself, in apply order: Namespace, ServiceAccount, RBAC, Service, Deployment,
-    /// PodDisruptionBudget, MutatingWebhookConfiguration.
+    /// cheiron itself in the default, split [`DeploymentMode`].
     pub fn server_objects(&self) -> Result<Vec<Value>, ManifestError> {
-        let mut objects = vec![
-            to_value(&workload::namespace(self))?,
-            to_value(&workload::service_account(self, NAME, "webhook"))?,
-        ];
+        self.server_objects_for(DeploymentMode::default())
+    }
+
+    /// cheiron itself, in apply order: Namespace, ServiceAccounts, RBAC, Services, Deployments,
+    /// PodDisruptionBudgets, NetworkPolicies, MutatingWebhookConfiguration.
+    ///
+    /// Both modes have the same ClusterRoles and Role; only who they are bound to differs. Split,
+    /// `cheiron-webhook` is bound to the webhook's ServiceAccount and `cheiron-controller` and
+    /// the Lease's Role to the controller's; combined, all three to `cheiron`, the union.
+    pub fn server_objects_for(&self, mode: DeploymentMode) -> Result<Vec<Value>, ManifestError> {
+        let workloads = mode.workloads();
+        let identity = |serves: fn(Workload) -> bool| {
+            workloads
+                .iter()
+                .copied()
+                .find(|w| serves(*w))
+                .map_or(NAME, Workload::name)
+        };
+        let webhook_identity = identity(Workload::serves_webhook);
+        let controller_identity = identity(Workload::runs_controller);
+
+        let mut objects = vec![to_value(&workload::namespace(self))?];
+        for w in workloads {
+            objects.push(to_value(&workload::service_account(
+                self,
+                w.name(),
+                w.component(),
+            ))?);
+        }
         objects.extend(self.cluster_access(
-            "cheiron-webhook",
+            WEBHOOK,
             "webhook",
-            NAME,
+            webhook_identity,
             rbac::webhook_rules(),
         )?);
         objects.extend(self.cluster_access(
-            "cheiron-controller",
+            CONTROLLER,
             "controller",
-            NAME,
+            controller_identity,
             rbac::controller_rules(),
         )?);
         objects.extend(self.namespace_access(
-            "cheiron-leader-election",
+            LEADER_ELECTION,
             "controller",
-            NAME,
+            controller_identity,
             rbac::leader_election_rules(LEASE),
         )?);
         objects.push(to_value(&workload::service(self))?);
-        objects.push(to_value(&workload::deployment(self))?);
-        objects.push(to_value(&workload::pod_disruption_budget(self))?);
+        if workloads.contains(&Workload::Controller) {
+            objects.push(to_value(&workload::controller_service(self))?);
+        }
+        for w in workloads {
+            objects.push(to_value(&workload::deployment(self, *w))?);
+        }
+        for w in workloads {
+            objects.push(to_value(&workload::pod_disruption_budget(self, *w))?);
+        }
+        for w in workloads {
+            objects.push(to_value(&network_policy::network_policy(self, *w))?);
+        }
         let mut registration = self.webhook_registration().configuration();
         registration.metadata.labels = Some(self.labels("webhook"));
         objects.push(to_value(&registration)?);
@@ -174,9 +215,30 @@ impl Install {
         Ok(objects)
     }
 
-    /// The files of `webhook-config/`, in the order `kubectl apply -f webhook-config/` reads
-    /// them (by name): the CRDs (exactly `cheiron crds`), cheiron, the certificate Job.
+    /// The files of `webhook-config/`: [`Install::files_for`] the default, split mode.
     pub fn files(&self) -> Result<Vec<ManifestFile>, ManifestError> {
+        self.files_for(DeploymentMode::default())
+    }
+
+    /// The plain manifests of `mode`, in the order `kubectl apply -f DIR` reads them (by
+    /// name): the CRDs (exactly `cheiron crds`), cheiron, the certificate Job.
+    pub fn files_for(&self, mode: DeploymentMode) -> Result<Vec<ManifestFile>, ManifestError> {
+        let about = match mode {
+            DeploymentMode::Split => {
+                "cheiron, split: namespace; the webhook (`cheiron webhook`) and the controller \
+                 (`cheiron controller`), each with its own ServiceAccount, RBAC, Deployment, \
+                 PodDisruptionBudget and NetworkPolicy; their Services; the \
+                 MutatingWebhookConfiguration (its caBundle is written by the Job in \
+                 webhook-certs.yaml, or by you)."
+            }
+            DeploymentMode::Combined => {
+                "cheiron, combined: namespace; `cheiron run` (webhook and controller in one \
+                 process) with one ServiceAccount holding the RBAC of both, its Deployment, \
+                 PodDisruptionBudget and NetworkPolicy; the Service; the \
+                 MutatingWebhookConfiguration (its caBundle is written by the Job in \
+                 webhook-certs.yaml, or by you)."
+            }
+        };
         let crds = crate::api::crds_yaml().map_err(|source| ManifestError::Render {
             what: "the CRDs",
             source,
@@ -188,12 +250,7 @@ impl Install {
             },
             ManifestFile {
                 name: "install.yaml",
-                contents: render(
-                    "cheiron: namespace, RBAC, Service, Deployment, PodDisruptionBudget and the \
-                     MutatingWebhookConfiguration (its caBundle is written by the Job in \
-                     webhook-certs.yaml, or by you).",
-                    &self.server_objects()?,
-                )?,
+                contents: render(about, &self.server_objects_for(mode)?)?,
             },
             ManifestFile {
                 name: "webhook-certs.yaml",
@@ -254,8 +311,37 @@ mod tests {
     }
 
     #[test]
-    fn server_objects_come_in_apply_order() -> Result<(), ManifestError> {
+    fn split_objects_come_in_apply_order() -> Result<(), ManifestError> {
         let objects = Install::default().server_objects()?;
+        assert_eq!(
+            kinds(&objects),
+            [
+                ("Namespace", "cheiron-system"),
+                ("ServiceAccount", "cheiron-webhook"),
+                ("ServiceAccount", "cheiron-controller"),
+                ("ClusterRole", "cheiron-webhook"),
+                ("ClusterRoleBinding", "cheiron-webhook"),
+                ("ClusterRole", "cheiron-controller"),
+                ("ClusterRoleBinding", "cheiron-controller"),
+                ("Role", "cheiron-leader-election"),
+                ("RoleBinding", "cheiron-leader-election"),
+                ("Service", "cheiron"),
+                ("Service", "cheiron-controller"),
+                ("Deployment", "cheiron-webhook"),
+                ("Deployment", "cheiron-controller"),
+                ("PodDisruptionBudget", "cheiron-webhook"),
+                ("PodDisruptionBudget", "cheiron-controller"),
+                ("NetworkPolicy", "cheiron-webhook"),
+                ("NetworkPolicy", "cheiron-controller"),
+                ("MutatingWebhookConfiguration", "cheiron"),
+            ]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn combined_objects_come_in_apply_order() -> Result<(), ManifestError> {
+        let objects = Install::default().server_objects_for(DeploymentMode::Combined)?;
         assert_eq!(
             kinds(&objects),
             [
@@ -270,9 +356,80 @@ mod tests {
                 ("Service", "cheiron"),
                 ("Deployment", "cheiron"),
                 ("PodDisruptionBudget", "cheiron"),
+                ("NetworkPolicy", "cheiron"),
                 ("MutatingWebhookConfiguration", "cheiron"),
             ]
         );
+        Ok(())
+    }
+
+    /// The ServiceAccount each binding of `objects` grants its role to, by binding name.
+    fn bound(objects: &[Value]) -> Vec<(String, String)> {
+        objects
+            .iter()
+            .filter(|o| o["kind"] == "ClusterRoleBinding" || o["kind"] == "RoleBinding")
+            .map(|o| {
+                (
+                    o["roleRef"]["name"].as_str().unwrap_or_default().to_owned(),
+                    o["subjects"][0]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn split_binds_each_role_to_one_identity_and_combined_binds_all_to_one()
+    -> Result<(), ManifestError> {
+        let install = Install::default();
+        let split = install.server_objects()?;
+        let owned = |role: &str, sa: &str| (role.to_owned(), sa.to_owned());
+        assert_eq!(
+            bound(&split),
+            [
+                owned("cheiron-webhook", "cheiron-webhook"),
+                owned("cheiron-controller", "cheiron-controller"),
+                owned("cheiron-leader-election", "cheiron-controller"),
+            ]
+        );
+        let combined = install.server_objects_for(DeploymentMode::Combined)?;
+        assert_eq!(
+            bound(&combined),
+            [
+                owned("cheiron-webhook", "cheiron"),
+                owned("cheiron-controller", "cheiron"),
+                owned("cheiron-leader-election", "cheiron"),
+            ]
+        );
+        let roles = |objects: &[Value]| -> Vec<Value> {
+            objects
+                .iter()
+                .filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role")
+                .cloned()
+                .collect()
+        };
+        assert_eq!(
+            roles(&split),
+            roles(&combined),
+            "the same rules in both modes"
+        );
+        for binding in split.iter().chain(&combined) {
+            for subject in binding["subjects"].as_array().into_iter().flatten() {
+                let sa = subject["name"].as_str().unwrap_or_default();
+                let deployment = split
+                    .iter()
+                    .chain(&combined)
+                    .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == sa);
+                assert!(
+                    deployment.is_some_and(|d| {
+                        d["spec"]["template"]["spec"]["serviceAccountName"] == sa
+                    }),
+                    "{sa} is some Deployment's identity"
+                );
+            }
+        }
         Ok(())
     }
 
@@ -282,7 +439,12 @@ mod tests {
             namespace: "pull-secrets".into(),
             ..Install::default()
         };
-        let objects = [install.server_objects()?, install.certificate_objects()?].concat();
+        let objects = [
+            install.server_objects()?,
+            install.server_objects_for(DeploymentMode::Combined)?,
+            install.certificate_objects()?,
+        ]
+        .concat();
         let cluster_scoped = [
             "Namespace",
             "ClusterRole",
@@ -336,6 +498,13 @@ mod tests {
     #[test]
     fn files_start_with_the_crds_and_say_they_are_generated() -> Result<(), ManifestError> {
         let files = Install::default().files()?;
+        let combined = Install::default().files_for(DeploymentMode::Combined)?;
+        assert_ne!(files[1], combined[1]);
+        assert_eq!(
+            (&files[0], &files[2]),
+            (&combined[0], &combined[2]),
+            "only install.yaml differs"
+        );
         let names: Vec<&str> = files.iter().map(|f| f.name).collect();
         assert_eq!(names, ["crds.yaml", "install.yaml", "webhook-certs.yaml"]);
         let mut sorted = names.clone();
@@ -348,7 +517,7 @@ mod tests {
                 source
             })?
         );
-        for file in &files[1..] {
+        for file in files[1..].iter().chain(&combined[1..]) {
             assert!(
                 file.contents
                     .starts_with("# Generated by `cheiron manifests")

@@ -1,20 +1,22 @@
 //! What installing cheiron writes into a cluster, generated from code so that tests, the plain
 //! manifests of `webhook-config/` and the Helm chart cannot drift apart: the webhook
-//! registration, least-privilege RBAC, the Deployment and the certificate Job.
+//! registration, one least-privilege identity per Deployment (the webhook and the controller
+//! apart by default, or `cheiron run`), their NetworkPolicies and the certificate Job.
 
 mod certificates;
 mod installation;
 mod manifests;
+mod network_policy;
 pub mod rbac;
 mod webhook_configuration;
 mod workload;
 
 pub use certificates::{JOB_TTL_SECONDS, create_args, patch_args};
 pub use installation::{
-    ADMIN_PORT, CERTIFICATES, DEFAULT_NAMESPACE, Install, LEASE, NAME, RUN_AS, SERVICE_PORT,
-    SHUTDOWN_DELAY_SECONDS, TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR, TLS_SECRET, WEBHOOK_PORT,
-    default_image,
+    ADMIN_PORT, CERTIFICATES, CONTROLLER, DEFAULT_NAMESPACE, DeploymentMode, Install, LEASE, NAME,
+    RUN_AS, SERVICE_PORT, SHUTDOWN_DELAY_SECONDS, TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR,
+    TLS_SECRET, WEBHOOK, WEBHOOK_PORT, Workload, default_image,
 };
 pub use manifests::{ManifestError, ManifestFile};
 pub use webhook_configuration::{FailurePolicy, WebhookClient, WebhookRegistration};
-pub use workload::run_args;
+pub use workload::container_args;

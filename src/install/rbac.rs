@@ -28,25 +28,31 @@ fn named(rule: PolicyRule, name: &str) -> PolicyRule {
 }
 
 /// What the webhook reads, cluster-wide (`src/source/cluster.rs`): it watches both manager
-/// kinds and Namespaces (metadata), watches cheiron's own Secrets by label selector (metadata)
-/// and gets a Namespace its cache has not seen yet.
+/// kinds and Namespaces (metadata), and gets a Namespace its cache has not seen yet.
 ///
-/// RBAC cannot narrow `list`/`watch` to a label selector, so the Secrets rule is as wide as
-/// the resource; the code only ever asks for `app.kubernetes.io/managed-by=cheiron`.
+/// No Secrets: the webhook serves the apiserver on a port any Pod may be able to reach, so its
+/// identity holds nothing worth stealing. It only watches cheiron's own Secrets to warn that a
+/// Secret it injects does not exist yet, and skips that watch (and the warning) when its
+/// identity cannot list Secrets. `cheiron run` ([`DeploymentMode::Combined`]) has the
+/// controller's Secret rules as well, so it keeps the warning.
+///
+/// [`DeploymentMode::Combined`]: super::DeploymentMode::Combined
 pub fn webhook_rules() -> Vec<PolicyRule> {
     vec![
         rule(GROUP, &MANAGERS, &["list", "watch"]),
         rule("", &["namespaces"], &["get", "list", "watch"]),
-        rule("", &["secrets"], &["list", "watch"]),
     ]
 }
 
-/// What the controller reads and writes, cluster-wide (`src/controller/`):
+/// What the controller reads and writes, cluster-wide (`src/controller/`). It is the only
+/// identity of cheiron with Secret rights:
 /// - managers of both kinds: watched, `patch`ed to add and remove the finalizer, their
-///   `status` `patch`ed;
+///   `status` `patch`ed (no `*/finalizers` subresource: the ownerReferences on its Secrets set
+///   no `blockOwnerDeletion`, the only thing that would need it);
 /// - Secrets: cheiron's own watched by label selector, each named source watched by field
 ///   selector and read with `get` (any namespace a manager names), its own Secrets read,
-///   created, replaced (`update`) and deleted one by one;
+///   created, replaced (`update`) and deleted one by one. RBAC cannot narrow `list`/`watch` to
+///   a selector, so this identity can read every Secret in the cluster;
 /// - ServiceAccounts: watched, read, and `patch`ed (JSON Patch with a `test` guard);
 /// - Namespaces: watched (metadata);
 /// - Events (`events.k8s.io/v1`): `create`d, and `patch`ed when they repeat, in the namespace
@@ -73,7 +79,7 @@ pub fn controller_rules() -> Vec<PolicyRule> {
     ]
 }
 
-/// The controller's Lease (kube-lease-manager), in cheiron's own namespace only: created when
+/// The controller's Lease (controller/leader.rs), in cheiron's own namespace only: created when
 /// missing, then read and patched by name. `create` cannot be limited to a name in RBAC.
 pub fn leader_election_rules(lease: &str) -> Vec<PolicyRule> {
     vec![
@@ -155,6 +161,11 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_webhook_cannot_touch_secrets() {
+        assert!(verbs_on(&webhook_rules(), "", "secrets").is_empty());
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! cheiron's own objects: its Namespace and ServiceAccount, the Deployment running
-//! `cheiron run` (webhook on every replica, leader-elected controller), its Service and its
-//! PodDisruptionBudget.
+//! cheiron's own objects: its Namespace and ServiceAccounts, the Deployments of its
+//! [`Workload`]s (the webhook and the leader-elected controller apart, or `cheiron run`), the
+//! Services in front of them and their PodDisruptionBudgets.
 
 use std::collections::BTreeMap;
 
@@ -23,16 +23,12 @@ use k8s_openapi::{
 };
 
 use super::installation::{
-    ADMIN_PORT, Install, LEASE, NAME, SERVICE_PORT, SHUTDOWN_DELAY_SECONDS,
-    TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR, TLS_SECRET, WEBHOOK_PORT,
+    ADMIN_PORT, CONTROLLER, Install, LEASE, NAME, SERVICE_PORT, SHUTDOWN_DELAY_SECONDS,
+    TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR, TLS_SECRET, WEBHOOK_PORT, Workload,
 };
 
 // The grace period outlasts the shutdown delay, with room to drain and release the Lease.
 const _: () = assert!(TERMINATION_GRACE_PERIOD_SECONDS >= SHUTDOWN_DELAY_SECONDS + 15);
-
-/// The component label of the Deployment's Pods (they serve the webhook; the controller runs
-/// inside them too).
-const COMPONENT: &str = "webhook";
 
 /// cheiron's namespace, enforcing the restricted Pod Security Standard that its Pods meet.
 pub fn namespace(install: &Install) -> Namespace {
@@ -61,13 +57,14 @@ pub fn service_account(install: &Install, name: &str, component: &str) -> Servic
     }
 }
 
-/// The Service the apiserver calls (`https` → `--listen`), also exposing the admin port for
-/// scraping `/metrics`.
+/// The Service the apiserver calls (`https` → `--listen`), also exposing the admin port of
+/// the Pods that serve the webhook for scraping `/metrics`.
 pub fn service(install: &Install) -> Service {
+    let component = Workload::Webhook.component();
     Service {
-        metadata: install.meta(NAME, COMPONENT),
+        metadata: install.meta(NAME, component),
         spec: Some(ServiceSpec {
-            selector: Some(install.selector(COMPONENT)),
+            selector: Some(install.selector(component)),
             ports: Some(vec![
                 ServicePort {
                     name: Some("https".to_owned()),
@@ -76,17 +73,36 @@ pub fn service(install: &Install) -> Service {
                     protocol: Some("TCP".to_owned()),
                     ..ServicePort::default()
                 },
-                ServicePort {
-                    name: Some("metrics".to_owned()),
-                    port: ADMIN_PORT,
-                    target_port: Some(IntOrString::String("admin".to_owned())),
-                    protocol: Some("TCP".to_owned()),
-                    ..ServicePort::default()
-                },
+                metrics_port(),
             ]),
             ..ServiceSpec::default()
         }),
         status: None,
+    }
+}
+
+/// The controller's Service ([`super::DeploymentMode::Split`] only): nothing calls the
+/// controller, but Prometheus finds its `/metrics` through it.
+pub fn controller_service(install: &Install) -> Service {
+    let component = Workload::Controller.component();
+    Service {
+        metadata: install.meta(CONTROLLER, component),
+        spec: Some(ServiceSpec {
+            selector: Some(install.selector(component)),
+            ports: Some(vec![metrics_port()]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn metrics_port() -> ServicePort {
+    ServicePort {
+        name: Some("metrics".to_owned()),
+        port: ADMIN_PORT,
+        target_port: Some(IntOrString::String("admin".to_owned())),
+        protocol: Some("TCP".to_owned()),
+        ..ServicePort::default()
     }
 }
 
@@ -126,52 +142,86 @@ fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
         .collect()
 }
 
-/// The arguments of `cheiron run` in the Deployment. No preStop hook: on SIGTERM cheiron
-/// itself fails `/readyz` at once and keeps serving for `--shutdown-delay` seconds, so the
-/// endpoints are updated before it stops; [`TERMINATION_GRACE_PERIOD_SECONDS`] leaves room for
-/// that, the drain and the Lease release.
-pub fn run_args() -> Vec<String> {
-    vec![
-        "run".to_owned(),
-        format!("--listen=0.0.0.0:{WEBHOOK_PORT}"),
-        format!("--admin-listen=0.0.0.0:{ADMIN_PORT}"),
-        format!("--tls-cert-dir={TLS_DIR}"),
-        format!("--shutdown-delay={SHUTDOWN_DELAY_SECONDS}"),
-        "--leader-election".to_owned(),
-        format!("--leader-election-id={LEASE}"),
-        "--log-format=json".to_owned(),
-        "--log=info".to_owned(),
-    ]
+/// The arguments of `workload`'s container: `webhook`, `controller` or `run`, and their flags.
+/// No preStop hook: on SIGTERM the webhook itself fails `/readyz` at once and keeps serving
+/// for `--shutdown-delay` seconds, so the endpoints are updated before it stops;
+/// [`TERMINATION_GRACE_PERIOD_SECONDS`] leaves room for that, the drain and the Lease release.
+pub fn container_args(workload: Workload) -> Vec<String> {
+    let command = match workload {
+        Workload::Webhook => "webhook",
+        Workload::Controller => "controller",
+        Workload::Combined => "run",
+    };
+    let mut args = vec![command.to_owned()];
+    if workload.serves_webhook() {
+        args.push(format!("--listen=0.0.0.0:{WEBHOOK_PORT}"));
+    }
+    args.push(format!("--admin-listen=0.0.0.0:{ADMIN_PORT}"));
+    if workload.serves_webhook() {
+        args.push(format!("--tls-cert-dir={TLS_DIR}"));
+        args.push(format!("--shutdown-delay={SHUTDOWN_DELAY_SECONDS}"));
+    }
+    if workload.runs_controller() {
+        args.push("--leader-election".to_owned());
+        args.push(format!("--leader-election-id={LEASE}"));
+    }
+    args.push("--log-format=json".to_owned());
+    args.push("--log=info".to_owned());
+    args
 }
 
-/// Two replicas of `cheiron run`, spread over nodes, non-root with a read-only root filesystem,
-/// probed on the admin port, the serving certificate mounted from [`TLS_SECRET`].
-pub fn deployment(install: &Install) -> Deployment {
-    let selector = install.selector(COMPONENT);
+fn container_port(name: &str, port: i32) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.to_owned()),
+        container_port: port,
+        protocol: Some("TCP".to_owned()),
+        ..ContainerPort::default()
+    }
+}
+
+/// Two replicas of `workload`, spread over nodes, non-root with a read-only root filesystem,
+/// probed on the admin port. Pods that serve the webhook mount the serving certificate from
+/// [`TLS_SECRET`]; the controller's two replicas are one leader and one warm standby.
+pub fn deployment(install: &Install, workload: Workload) -> Deployment {
+    let selector = install.selector(workload.component());
+    let mut ports = Vec::new();
+    if workload.serves_webhook() {
+        ports.push(container_port("https", WEBHOOK_PORT));
+    }
+    ports.push(container_port("admin", ADMIN_PORT));
+    let (volume_mounts, volumes) = if workload.serves_webhook() {
+        (
+            Some(vec![VolumeMount {
+                name: "tls".to_owned(),
+                mount_path: TLS_DIR.to_owned(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            }]),
+            Some(vec![Volume {
+                name: "tls".to_owned(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(TLS_SECRET.to_owned()),
+                    default_mode: Some(0o440),
+                    optional: Some(false),
+                    items: None,
+                }),
+                ..Volume::default()
+            }]),
+        )
+    } else {
+        (None, None)
+    };
     let container = Container {
         name: NAME.to_owned(),
         image: Some(install.image.clone()),
         image_pull_policy: Some("IfNotPresent".to_owned()),
         command: Some(vec!["cheiron".to_owned()]),
-        args: Some(run_args()),
+        args: Some(container_args(workload)),
         env: Some(vec![
             field_env("CHEIRON_POD_NAME", "metadata.name"),
             field_env("CHEIRON_POD_NAMESPACE", "metadata.namespace"),
         ]),
-        ports: Some(vec![
-            ContainerPort {
-                name: Some("https".to_owned()),
-                container_port: WEBHOOK_PORT,
-                protocol: Some("TCP".to_owned()),
-                ..ContainerPort::default()
-            },
-            ContainerPort {
-                name: Some("admin".to_owned()),
-                container_port: ADMIN_PORT,
-                protocol: Some("TCP".to_owned()),
-                ..ContainerPort::default()
-            },
-        ]),
+        ports: Some(ports),
         liveness_probe: Some(probe("/healthz", 10, 3)),
         readiness_probe: Some(probe("/readyz", 5, 2)),
         resources: Some(ResourceRequirements {
@@ -180,16 +230,11 @@ pub fn deployment(install: &Install) -> Deployment {
             claims: None,
         }),
         security_context: Some(install.container_security_context()),
-        volume_mounts: Some(vec![VolumeMount {
-            name: "tls".to_owned(),
-            mount_path: TLS_DIR.to_owned(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        }]),
+        volume_mounts,
         ..Container::default()
     };
     Deployment {
-        metadata: install.meta(NAME, COMPONENT),
+        metadata: install.meta(workload.name(), workload.component()),
         spec: Some(DeploymentSpec {
             replicas: Some(2),
             selector: LabelSelector {
@@ -205,11 +250,11 @@ pub fn deployment(install: &Install) -> Deployment {
             }),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
-                    labels: Some(install.labels(COMPONENT)),
+                    labels: Some(install.labels(workload.component())),
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
-                    service_account_name: Some(NAME.to_owned()),
+                    service_account_name: Some(workload.name().to_owned()),
                     enable_service_links: Some(false),
                     security_context: Some(install.pod_security_context()),
                     termination_grace_period_seconds: Some(TERMINATION_GRACE_PERIOD_SECONDS),
@@ -233,16 +278,7 @@ pub fn deployment(install: &Install) -> Deployment {
                         ..Affinity::default()
                     }),
                     containers: vec![container],
-                    volumes: Some(vec![Volume {
-                        name: "tls".to_owned(),
-                        secret: Some(SecretVolumeSource {
-                            secret_name: Some(TLS_SECRET.to_owned()),
-                            default_mode: Some(0o440),
-                            optional: Some(false),
-                            items: None,
-                        }),
-                        ..Volume::default()
-                    }]),
+                    volumes,
                     ..PodSpec::default()
                 }),
             },
@@ -252,14 +288,15 @@ pub fn deployment(install: &Install) -> Deployment {
     }
 }
 
-/// At most one replica down for voluntary disruptions; an unhealthy Pod never blocks a drain.
-pub fn pod_disruption_budget(install: &Install) -> PodDisruptionBudget {
+/// At most one replica of `workload` down for voluntary disruptions; an unhealthy Pod never
+/// blocks a drain.
+pub fn pod_disruption_budget(install: &Install, workload: Workload) -> PodDisruptionBudget {
     PodDisruptionBudget {
-        metadata: install.meta(NAME, COMPONENT),
+        metadata: install.meta(workload.name(), workload.component()),
         spec: Some(PodDisruptionBudgetSpec {
             max_unavailable: Some(IntOrString::Int(1)),
             selector: Some(LabelSelector {
-                match_labels: Some(install.selector(COMPONENT)),
+                match_labels: Some(install.selector(workload.component())),
                 match_expressions: None,
             }),
             unhealthy_pod_eviction_policy: Some("AlwaysAllow".to_owned()),
@@ -272,48 +309,119 @@ pub fn pod_disruption_budget(install: &Install) -> PodDisruptionBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::install::DeploymentMode;
+
+    const ALL: [Workload; 3] = [Workload::Webhook, Workload::Controller, Workload::Combined];
+
+    fn pod_spec(workload: Workload) -> PodSpec {
+        deployment(&Install::default(), workload)
+            .spec
+            .and_then(|s| s.template.spec)
+            .unwrap_or_default()
+    }
 
     #[test]
     fn grace_period_outlasts_the_shutdown_delay_with_room_to_drain() {
-        let spec = deployment(&Install::default())
-            .spec
-            .and_then(|s| s.template.spec)
-            .unwrap_or_default();
-        assert_eq!(
-            spec.termination_grace_period_seconds,
-            Some(TERMINATION_GRACE_PERIOD_SECONDS)
-        );
-        let args = spec.containers[0].args.clone().unwrap_or_default();
-        assert!(args.contains(&format!("--shutdown-delay={SHUTDOWN_DELAY_SECONDS}")));
+        for workload in ALL {
+            let spec = pod_spec(workload);
+            assert_eq!(
+                spec.termination_grace_period_seconds,
+                Some(TERMINATION_GRACE_PERIOD_SECONDS)
+            );
+            let args = spec.containers[0].args.clone().unwrap_or_default();
+            assert_eq!(
+                args.contains(&format!("--shutdown-delay={SHUTDOWN_DELAY_SECONDS}")),
+                workload.serves_webhook(),
+                "{workload:?}: {args:?}"
+            );
+        }
     }
 
     #[test]
-    fn run_args_parse_as_cheiron_run() {
+    fn container_args_parse_as_their_cheiron_command() {
         use clap::Parser;
-        let args = std::iter::once("cheiron".to_owned()).chain(run_args());
-        assert!(crate::cli::Cli::try_parse_from(args).is_ok());
+        for workload in ALL {
+            let args = std::iter::once("cheiron".to_owned()).chain(container_args(workload));
+            let parsed = crate::cli::Cli::try_parse_from(args);
+            assert!(parsed.is_ok(), "{workload:?}: {parsed:?}");
+        }
     }
 
     #[test]
-    fn the_service_selects_only_the_deployment_pods() {
+    fn only_pods_that_serve_the_webhook_mount_the_certificate_or_open_its_port() {
+        for workload in ALL {
+            let spec = pod_spec(workload);
+            let container = &spec.containers[0];
+            let ports: Vec<i32> = container
+                .ports
+                .iter()
+                .flatten()
+                .map(|p| p.container_port)
+                .collect();
+            let mounts_tls = spec.volumes.iter().flatten().any(|v| {
+                v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) == Some(TLS_SECRET)
+            });
+            assert_eq!(mounts_tls, workload.serves_webhook(), "{workload:?}");
+            assert_eq!(
+                ports.contains(&WEBHOOK_PORT),
+                workload.serves_webhook(),
+                "{workload:?}"
+            );
+            assert!(ports.contains(&ADMIN_PORT), "{workload:?}");
+        }
+    }
+
+    #[test]
+    fn each_workload_runs_under_its_own_service_account() {
+        for mode in DeploymentMode::ALL {
+            let names: Vec<Option<String>> = mode
+                .workloads()
+                .iter()
+                .map(|w| pod_spec(*w).service_account_name)
+                .collect();
+            let distinct: std::collections::BTreeSet<_> = names.iter().collect();
+            assert_eq!(distinct.len(), names.len(), "{mode}: {names:?}");
+        }
+        assert_eq!(
+            pod_spec(Workload::Webhook).service_account_name.as_deref(),
+            Some("cheiron-webhook")
+        );
+        assert_eq!(
+            pod_spec(Workload::Controller)
+                .service_account_name
+                .as_deref(),
+            Some("cheiron-controller")
+        );
+    }
+
+    fn selects(selector: &BTreeMap<String, String>, workload: Workload) -> bool {
+        let pod_labels = deployment(&Install::default(), workload)
+            .spec
+            .and_then(|s| s.template.metadata)
+            .and_then(|m| m.labels)
+            .unwrap_or_default();
+        selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v))
+    }
+
+    #[test]
+    fn the_service_selects_exactly_the_pods_that_serve_the_webhook() {
         let install = Install::default();
         let service_selector = service(&install)
             .spec
             .and_then(|s| s.selector)
             .unwrap_or_default();
-        assert_eq!(
-            service_selector
-                .get("app.kubernetes.io/component")
-                .map(String::as_str),
-            Some(COMPONENT)
-        );
-        let pod_labels = deployment(&install)
-            .spec
-            .and_then(|s| s.template.metadata)
-            .and_then(|m| m.labels)
-            .unwrap_or_default();
-        for (key, value) in &service_selector {
-            assert_eq!(pod_labels.get(key), Some(value));
+        for workload in ALL {
+            assert_eq!(
+                selects(&service_selector, workload),
+                workload.serves_webhook(),
+                "{workload:?}"
+            );
         }
+        let controller_selector = controller_service(&install)
+            .spec
+            .and_then(|s| s.selector)
+            .unwrap_or_default();
+        assert!(selects(&controller_selector, Workload::Controller));
+        assert!(!selects(&controller_selector, Workload::Webhook));
     }
 }

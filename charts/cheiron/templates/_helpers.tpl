@@ -33,8 +33,38 @@ app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 {{- end }}
 
-{{- define "cheiron.serviceAccountName" -}}
-{{- default (include "cheiron.fullname" .) .Values.serviceAccount.name }}
+{{/* The workloads of `deployment`, space-separated: `webhook controller` (split) or `combined`. */}}
+{{- define "cheiron.workloads" -}}
+{{- if eq .Values.deployment "combined" }}combined{{ else }}webhook controller{{ end }}
+{{- end }}
+
+{{/* The component label of workload `.workload` (dict "root" $ "workload" "..."): `cheiron run`
+serves the webhook, so its Pods are webhook Pods. */}}
+{{- define "cheiron.component" -}}
+{{- ternary "controller" "webhook" (eq .workload "controller") }}
+{{- end }}
+
+{{/* The name of workload `.workload`'s Deployment, PodDisruptionBudget and NetworkPolicy. */}}
+{{- define "cheiron.workloadName" -}}
+{{- $fullname := include "cheiron.fullname" .root }}
+{{- if eq .workload "combined" }}{{ $fullname }}{{ else }}{{ printf "%s-%s" $fullname .workload }}{{ end }}
+{{- end }}
+
+{{/* The ServiceAccount of workload `.workload`: `<base>-webhook` and `<base>-controller` (split),
+`<base>` (combined), `<base>` being serviceAccount.name or the full name. */}}
+{{- define "cheiron.workloadServiceAccount" -}}
+{{- $base := default (include "cheiron.fullname" .root) .root.Values.serviceAccount.name }}
+{{- if eq .workload "combined" }}{{ $base }}{{ else }}{{ printf "%s-%s" $base .workload }}{{ end }}
+{{- end }}
+
+{{/* The ServiceAccount the webhook's ClusterRole is bound to. */}}
+{{- define "cheiron.webhookIdentity" -}}
+{{- include "cheiron.workloadServiceAccount" (dict "root" . "workload" (ternary "combined" "webhook" (eq .Values.deployment "combined"))) }}
+{{- end }}
+
+{{/* The ServiceAccount the controller's ClusterRole and Lease Role are bound to. */}}
+{{- define "cheiron.controllerIdentity" -}}
+{{- include "cheiron.workloadServiceAccount" (dict "root" . "workload" (ternary "combined" "controller" (eq .Values.deployment "combined"))) }}
 {{- end }}
 
 {{- define "cheiron.tlsSecretName" -}}
@@ -52,8 +82,13 @@ app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 
 {{/* Refuse combinations the schema cannot express. */}}
 {{- define "cheiron.validate" -}}
-{{- if and (not .Values.leaderElection.enabled) (gt (int .Values.replicaCount) 1) }}
+{{- if not .Values.leaderElection.enabled }}
+{{- if and (eq .Values.deployment "combined") (gt (int .Values.replicaCount) 1) }}
 {{- fail "leaderElection.enabled=false runs a controller on every replica: set replicaCount to 1, or keep leader election on" }}
+{{- end }}
+{{- if and (ne .Values.deployment "combined") (gt (int .Values.controller.replicaCount) 1) }}
+{{- fail "leaderElection.enabled=false runs a controller on every replica: set controller.replicaCount to 1, or keep leader election on" }}
+{{- end }}
 {{- end }}
 {{- if le (int .Values.terminationGracePeriodSeconds) (int .Values.shutdownDelaySeconds) }}
 {{- fail "terminationGracePeriodSeconds must be longer than shutdownDelaySeconds, or Pods are killed while still draining" }}
