@@ -29,7 +29,8 @@ use super::{NAMESPACE_LOOKUP_TIMEOUT, NamespaceIndex, NamespaceLookup, Source};
 use crate::{
     admin::Readiness,
     api::{
-        ApiCheckError, ClusterImagePullSecretManager, ImagePullSecretManager, ensure_crds, label,
+        ApiCheckError, ClusterImagePullSecretManager, ImagePullSecretManager, PullSecretEntry,
+        ensure_crds, label,
     },
     policy::{Manager, NamespaceMeta, View, live_managers},
     watch,
@@ -103,18 +104,35 @@ fn trim<K: Resource>(o: &mut K) {
     meta.owner_references = None;
 }
 
-/// Runs one reflector until the process ends, calling `on_change` after each change (once
-/// per list, not once per listed object).
+/// A manager as the webhook keeps it: what admission decides with, and no credential. Every
+/// replica serves an unauthenticated port, so an inline password (or any user name) is never
+/// kept in its memory.
+fn trim_manager<K: Resource>(
+    entries: impl Fn(&mut K) -> &mut Vec<PullSecretEntry>,
+) -> impl Fn(&mut K) {
+    move |m| {
+        trim(m);
+        for entry in entries(m).iter_mut() {
+            entry.password = None;
+            entry.username = None;
+            entry.email = None;
+        }
+    }
+}
+
+/// Runs one reflector until the process ends, trimming each object with `keep` and calling
+/// `on_change` after each change (once per list, not once per listed object).
 async fn reflect<K>(
     api: Api<K>,
     config: watcher::Config,
     writer: reflector::store::Writer<K>,
+    keep: impl FnMut(&mut K) + Send,
     on_change: impl Fn(),
 ) where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Default,
 {
-    watch::reflect(api, config, writer, trim, |event| {
+    watch::reflect(api, config, writer, keep, |event| {
         if watch::is_change(event) {
             on_change();
         }
@@ -154,12 +172,14 @@ impl ClusterSource {
                 Api::all(client.clone()),
                 all.clone(),
                 namespaced_writer,
+                trim_manager(|m: &mut ImagePullSecretManager| &mut m.spec.secrets),
                 recompile.clone(),
             ),
             reflect(
                 Api::all(client.clone()),
                 all.clone(),
                 cluster_writer,
+                trim_manager(|m: &mut ClusterImagePullSecretManager| &mut m.spec.secrets),
                 recompile,
             ),
             watcher(
@@ -180,6 +200,7 @@ impl ClusterSource {
                 Api::<PartialObjectMeta<Secret>>::all(client),
                 watcher::Config::default().labels(&label::managed_by_selector()),
                 secrets_writer,
+                trim,
                 || {},
             ),
             Self::mark_ready(source.clone()),
@@ -326,6 +347,29 @@ mod tests {
         assert_eq!(view.secret_exists("team", "a"), Some(true));
         assert_eq!(view.secret_exists("team", "b"), Some(false));
         assert_eq!(view.secret_exists("other", "a"), Some(false));
+        Ok(())
+    }
+
+    #[test]
+    fn the_webhook_keeps_no_credential_of_a_manager() -> TestResult {
+        let mut manager: ImagePullSecretManager = serde_json::from_value(serde_json::json!({
+            "apiVersion": "cheiron.anny.co/v1alpha1", "kind": "ImagePullSecretManager",
+            "metadata": {"name": "m", "namespace": "team",
+                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...s3cr3t...}"}},
+            "spec": {"secrets": [{"name": "hub", "registry": "docker.io", "username": "alice",
+                                  "password": "s3cr3t", "email": "a@example.com"}]},
+        }))?;
+        trim_manager(|m: &mut ImagePullSecretManager| &mut m.spec.secrets)(&mut manager);
+        let kept = serde_json::to_string(&manager)?;
+        for gone in ["s3cr3t", "alice", "a@example.com"] {
+            assert!(!kept.contains(gone), "{gone} kept in {kept}");
+        }
+        let compiled = Manager::from_namespaced(&manager)?;
+        assert_eq!(
+            compiled.secret_names(),
+            ["hub"],
+            "admission still has what it needs"
+        );
         Ok(())
     }
 }
