@@ -139,7 +139,7 @@ impl ControllerArgs {
                     ready.set(true);
                 }
             })
-            .await?;
+            .await;
         let failed = errors.lock().ok().and_then(|mut e| e.take());
         match failed {
             Some(e) => Err(e.into()),

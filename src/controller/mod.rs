@@ -18,6 +18,8 @@ mod context;
 mod desired;
 mod dockerconfig;
 mod error;
+#[cfg(test)]
+mod fake_api;
 mod kinds;
 mod leader;
 mod plan;
@@ -30,7 +32,7 @@ mod write;
 
 pub use dockerconfig::{DockerConfig, InvalidSource};
 pub use error::{ControllerError, Issue, IssueKind};
-pub use leader::{LeaderElection, LeaderError};
+pub use leader::LeaderElection;
 pub use status::reason;
 
 use std::{

@@ -4,16 +4,13 @@
 //! themselves are covered against a real kube-apiserver in `tests/controller/`).
 
 use std::{
-    collections::{BTreeMap, VecDeque},
-    convert::Infallible,
+    collections::BTreeMap,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
-use axum::http::{Request, Response};
 use k8s_openapi::api::core::v1::{LocalObjectReference, Secret, ServiceAccount};
 use kube::{
-    Client,
     api::ObjectMeta,
     runtime::{
         events::{Recorder, Reporter},
@@ -21,107 +18,21 @@ use kube::{
         watcher,
     },
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::*;
 use crate::{
     api::{annotation, label},
-    controller::{context::Caches, triggers::Triggers},
+    controller::{
+        context::Caches,
+        fake_api::{FakeApi, reply, status},
+        triggers::Triggers,
+    },
     metrics::Metrics,
     policy::ManagerKind,
 };
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-/// One scripted answer: the request it expects and what it answers.
-struct Reply {
-    method: &'static str,
-    path: String,
-    status: u16,
-    body: Value,
-}
-
-fn reply(method: &'static str, path: &str, status: u16, body: Value) -> Reply {
-    Reply {
-        method,
-        path: path.to_owned(),
-        status,
-        body,
-    }
-}
-
-/// A `metav1.Status` as the apiserver sends it with an error code.
-fn status(code: u16, reason: &str) -> Value {
-    json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": format!("fake apiserver says {reason}"), "reason": reason, "code": code,
-    })
-}
-
-/// Answers requests from a script, in order, and records what it was asked. A request the
-/// script does not expect gets a 500 that names it, so the test fails saying so.
-#[derive(Clone, Default)]
-struct FakeApi {
-    script: Arc<Mutex<VecDeque<Reply>>>,
-    seen: Arc<Mutex<Vec<String>>>,
-}
-
-impl FakeApi {
-    fn new(script: Vec<Reply>) -> Self {
-        Self {
-            script: Arc::new(Mutex::new(script.into())),
-            seen: Arc::default(),
-        }
-    }
-
-    fn client(&self) -> Client {
-        let fake = self.clone();
-        let service = tower::service_fn(move |request: Request<kube::client::Body>| {
-            let fake = fake.clone();
-            async move { Ok::<_, Infallible>(fake.answer(&request)) }
-        });
-        Client::new(service, "default")
-    }
-
-    fn answer(&self, request: &Request<kube::client::Body>) -> Response<kube::client::Body> {
-        let asked = format!("{} {}", request.method(), request.uri().path());
-        if let Ok(mut seen) = self.seen.lock() {
-            seen.push(asked.clone());
-        }
-        let next = self.script.lock().ok().and_then(|mut s| s.pop_front());
-        let (code, body) = match next {
-            Some(r) if r.method == request.method().as_str() && r.path == request.uri().path() => {
-                (r.status, r.body)
-            }
-            Some(r) => (
-                500,
-                status(
-                    500,
-                    &format!(
-                        "unexpected {asked}; the script expected {} {}",
-                        r.method, r.path
-                    ),
-                ),
-            ),
-            None => (
-                500,
-                status(500, &format!("unexpected {asked}; the script is done")),
-            ),
-        };
-        let mut response = Response::new(kube::client::Body::from(body.to_string().into_bytes()));
-        *response.status_mut() = axum::http::StatusCode::from_u16(code)
-            .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
-        response
-    }
-
-    fn seen(&self) -> Vec<String> {
-        self.seen.lock().map(|s| s.clone()).unwrap_or_default()
-    }
-
-    fn left(&self) -> usize {
-        self.script.lock().map(|s| s.len()).unwrap_or_default()
-    }
-}
 
 /// A context over `fake`, with `service_accounts` in its cache.
 fn context(fake: &FakeApi, service_accounts: Vec<ServiceAccount>) -> Context {
@@ -495,5 +406,37 @@ async fn a_secret_stays_while_the_service_accounts_of_its_namespace_could_not_be
         [format!("PATCH {DEFAULT_SA}")],
         "no DELETE while a ServiceAccount still references the Secret"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_patch_refused_by_an_admission_policy_is_reported_not_retried_as_a_race() -> TestResult {
+    let sa = service_account("1", &["pull"], "pull");
+    let denied = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "ValidatingAdmissionPolicy 'freeze' denied request: frozen", "reason": "Invalid",
+        "code": 422,
+    });
+    let fake = FakeApi::new(vec![
+        reply("PATCH", DEFAULT_SA, 422, denied),
+        // Read again: unchanged, so this was not a lost race.
+        reply("GET", DEFAULT_SA, 200, serde_json::to_value(&sa)?),
+    ]);
+    let ctx = context(&fake, vec![]);
+    let versions = Mutex::new(Vec::new());
+    let result = patch_service_account(
+        &ctx,
+        "team",
+        "default",
+        Some(&sa),
+        true,
+        removing_pull(&versions),
+    )
+    .await;
+    assert_eq!(
+        result,
+        Err("ValidatingAdmissionPolicy 'freeze' denied request: frozen (422)".to_owned())
+    );
+    assert_eq!(fake.left(), 0, "no further attempt");
     Ok(())
 }
