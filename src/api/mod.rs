@@ -32,6 +32,10 @@ pub mod annotation {
     pub const RECONCILED: &str = "cheiron.anny.co/reconciled";
     /// The sorted, comma-separated names of the pull secrets cheiron added.
     pub const RECONCILE_WITH: &str = "cheiron.anny.co/reconcile-with";
+    /// `"true"` on a manager being deleted: drop the cleanup finalizer even if some
+    /// ServiceAccount cannot be cleaned (e.g. another admission webhook rejects the patch).
+    /// The entries cheiron could not remove stay; its Secrets still go with the manager.
+    pub const ABANDON_CLEANUP: &str = "cheiron.anny.co/abandon-cleanup";
 }
 
 /// Labels on the Secrets cheiron writes.

@@ -30,7 +30,7 @@ use super::{
     write::{FIELD_MANAGER, backfill, fetch_sources, prune, remove, write_secrets},
 };
 use crate::{
-    api::FINALIZER,
+    api::{FINALIZER, annotation},
     policy::{Manager, ManagerId, NamespaceMeta},
 };
 
@@ -214,7 +214,6 @@ fn retry_delay(name: &str, failures: u32) -> Duration {
     base.mul_f64(spread).min(MAX_RETRY_DELAY)
 }
 
-
 async fn write_status<K: ManagerObject>(
     manager: &K,
     ctx: &Context,
@@ -302,8 +301,41 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
         })
         .collect();
     let failures = remove(ctx, &id, &names, &stale, &others).await;
-    if let Some(issue) = failures.into_iter().next() {
-        return Err(ControllerError::Cleanup(issue));
+    if let Some(issue) = failures.first().cloned() {
+        let abandon = manager
+            .annotations()
+            .get(annotation::ABANDON_CLEANUP)
+            .is_some_and(|v| v == "true");
+        if !abandon {
+            // Retried with backoff; the Event tells whoever waits on the deletion how to stop.
+            let event = Event {
+                type_: EventType::Warning,
+                reason: "CleanupFailed".to_owned(),
+                note: Some(format!(
+                    "{issue}; retrying. To delete the manager anyway, leaving the entries cheiron \
+                     could not remove, annotate it {}=true",
+                    annotation::ABANDON_CLEANUP
+                )),
+                action: "Cleanup".to_owned(),
+                secondary: None,
+            };
+            ctx.publish(&event, &manager.object_ref(&())).await;
+            return Err(ControllerError::Cleanup(issue));
+        }
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "CleanupAbandoned".to_owned(),
+            note: Some(format!(
+                "{} annotated: the finalizer is removed although {} cleanup step(s) failed, \
+                 first {issue}; entries cheiron added there stay",
+                annotation::ABANDON_CLEANUP,
+                failures.len()
+            )),
+            action: "Cleanup".to_owned(),
+            secondary: None,
+        };
+        ctx.publish(&event, &manager.object_ref(&())).await;
+        tracing::warn!(manager = %id, failed = failures.len(), "cleanup abandoned on request");
     }
     ctx.sources.set(&id, []);
     tracing::info!(manager = %id, secrets = stale.len(), "cleaned up after a deleted manager");

@@ -200,8 +200,20 @@ async fn patch_service_account(
                 ctx.metrics.reconcile.service_accounts_patched.inc();
                 return Ok(Some(names));
             }
-            // 409/422: the resourceVersion test failed; read again and recompute.
-            Err(e) if is_status(&e, 409) || is_status(&e, 422) => continue,
+            Err(e) if is_status(&e, 409) => continue,
+            // 422 is what a failed `test` of the resourceVersion gets, but also what an
+            // admission policy's denial gets: read again, and if the ServiceAccount has not
+            // changed, the refusal was not a race and is reported as it is.
+            Err(e) if is_status(&e, 422) => match api.get_opt(name).await {
+                Ok(Some(fresh))
+                    if fresh.metadata.resource_version == sa.metadata.resource_version =>
+                {
+                    return Err(api_error(&e));
+                }
+                Ok(Some(fresh)) => current = Some(fresh),
+                Ok(None) => return Ok(None),
+                Err(read) => return Err(api_error(&read)),
+            },
             Err(e) if is_status(&e, 404) => return Ok(None),
             Err(e) => return Err(api_error(&e)),
         }

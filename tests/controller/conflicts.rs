@@ -233,3 +233,55 @@ async fn status_failures_are_cleared_once_a_conflict_is_resolved() -> Result {
     .await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn the_original_cheiron_manager_whose_source_is_its_own_target_is_ready_and_untouched()
+-> Result {
+    use crate::dockerconfig::dockerconfigjson_secret;
+
+    let s = ControllerScenario::new("own-source").await?;
+    let ns = s.create_target_namespace(&[], &[]).await?;
+    let source = s
+        .create_secret(
+            &ns,
+            &dockerconfigjson_secret(
+                "gitlab-registry",
+                &json!({"registry.gitlab.com": registry_entry("carol", "carol-token", None)}),
+            ),
+        )
+        .await?;
+    // As the original Cheiron README writes it: the target name defaults to the source's.
+    let manager = s
+        .apply(&format!(
+            "
+apiVersion: cheiron.anny.co/v1alpha1
+kind: ImagePullSecretManager
+metadata:
+  name: gitlab
+  namespace: {ns}
+spec:
+  secrets:
+    - existingSecretRef: {{name: gitlab-registry}}
+"
+        ))
+        .await?;
+    let status = s.until_ready_reason(&manager, "Synced").await?;
+    assert_eq!(status.namespaces.as_deref(), Some("1/1"));
+    let after = s
+        .secret(&ns, "gitlab-registry")
+        .await?
+        .ok_or("the source is gone")?;
+    assert_eq!(
+        after.metadata.resource_version, source.metadata.resource_version,
+        "the source is never written"
+    );
+    let warnings: Vec<String> = s
+        .events_about_manager(&manager)
+        .await?
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(warnings.is_empty(), "no Warning Event: {warnings:?}");
+    Ok(())
+}

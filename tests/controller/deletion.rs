@@ -170,3 +170,163 @@ async fn deleted_manager_removes_exactly_the_service_account_entries_cheiron_add
     assert_eq!(default.annotation(RECONCILED), None, "bookkeeping removed");
     Ok(())
 }
+
+/// Denies every UPDATE of a ServiceAccount in `ns`, as another policy engine might: a real
+/// ValidatingAdmissionPolicy and its binding, deleted again by [`Frozen::thaw`].
+struct Frozen {
+    policies: kube::Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy>,
+    bindings:
+        kube::Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding>,
+    name: String,
+}
+
+impl Frozen {
+    async fn service_accounts_in(s: &ControllerScenario, ns: &str) -> Result<Self> {
+        let client = s.client().clone();
+        let frozen = Self {
+            policies: kube::Api::all(client.clone()),
+            bindings: kube::Api::all(client),
+            name: s.unique_name("freeze-sa"),
+        };
+        let name = &frozen.name;
+        frozen
+            .policies
+            .create(
+                &Default::default(),
+                &serde_json::from_value(json!({
+                    "apiVersion": "admissionregistration.k8s.io/v1",
+                    "kind": "ValidatingAdmissionPolicy",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "failurePolicy": "Fail",
+                        "matchConstraints": {"resourceRules": [{
+                            "apiGroups": [""], "apiVersions": ["v1"],
+                            "operations": ["UPDATE"], "resources": ["serviceaccounts"],
+                        }]},
+                        "validations": [{"expression": "false", "message": "frozen by the test"}],
+                    },
+                }))?,
+            )
+            .await?;
+        frozen
+            .bindings
+            .create(
+                &Default::default(),
+                &serde_json::from_value(json!({
+                    "apiVersion": "admissionregistration.k8s.io/v1",
+                    "kind": "ValidatingAdmissionPolicyBinding",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "policyName": name,
+                        "validationActions": ["Deny"],
+                        "matchResources": {"namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": ns},
+                        }},
+                    },
+                }))?,
+            )
+            .await?;
+        // The policy takes effect once the apiserver has compiled it: probe until denied.
+        let sas: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            kube::Api::namespaced(s.client().clone(), ns);
+        s.eventually("ServiceAccount updates to be denied", || async {
+            let probe = json!({"metadata": {"labels": {"probe": "x"}}});
+            match sas
+                .patch(
+                    "default",
+                    &Default::default(),
+                    &kube::api::Patch::Merge(&probe),
+                )
+                .await
+            {
+                Err(kube::Error::Api(e)) if e.message.contains("frozen by the test") => Ok(()),
+                other => Err(format!("not denied yet: {:?}", other.map(|_| ())).into()),
+            }
+        })
+        .await?;
+        Ok(frozen)
+    }
+
+    async fn thaw(self) -> Result<()> {
+        self.bindings
+            .delete(&self.name, &Default::default())
+            .await?;
+        self.policies
+            .delete(&self.name, &Default::default())
+            .await?;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn cleanup_that_keeps_failing_waits_with_an_event_until_annotated_to_abandon() -> Result {
+    use cheiron::api::annotation::ABANDON_CLEANUP;
+
+    let s = ControllerScenario::new("abandon").await?;
+    let ns = s.create_target_namespace(&[], &[]).await?;
+    s.default_service_account(&ns).await?;
+    let manager = s
+        .apply(&s.cluster_manager(
+            "abandon",
+            "  secrets:
+    - name: docker-hub
+      registry: https://index.docker.io/v1/
+      username: alice
+      password: alice-password
+",
+        ))
+        .await?;
+    s.until_service_account(&ns, "default", has_pull_secrets(&["docker-hub"]))
+        .await?;
+    let frozen = Frozen::service_accounts_in(&s, &ns).await?;
+
+    let (object, _) = s.manager_status(&manager).await?;
+    let uid = object.uid();
+    s.delete_manager(&object).await?;
+    let failed = s
+        .until_event("default", uid.as_deref(), "CleanupFailed", &manager)
+        .await?;
+    let note = failed.note.unwrap_or_default();
+    assert!(note.contains("frozen by the test"), "{note}");
+    assert!(
+        note.contains(ABANDON_CLEANUP),
+        "the Event says how to stop: {note}"
+    );
+    assert!(
+        s.manager(&manager).await?.is_some(),
+        "the manager waits on its finalizer while cleanup fails"
+    );
+
+    let annotate = json!({"metadata": {"annotations": {ABANDON_CLEANUP: "true"}}});
+    kube::Api::<kube::api::DynamicObject>::all_with(
+        s.client().clone(),
+        &kube::api::ApiResource::erase::<cheiron::api::ClusterImagePullSecretManager>(&()),
+    )
+    .patch(
+        &manager.name,
+        &Default::default(),
+        &kube::api::Patch::Merge(&annotate),
+    )
+    .await?;
+    s.eventually(format!("{manager} to be gone"), || async {
+        match s.manager(&manager).await? {
+            None => Ok(()),
+            Some(m) => Err(format!("still there, finalizers {:?}", m.finalizers()).into()),
+        }
+    })
+    .await?;
+    s.until_event("default", uid.as_deref(), "CleanupAbandoned", &manager)
+        .await?;
+    // What could not be removed stays; the Secret goes with its owner (garbage collection).
+    let sa = s.service_account(&ns, "default").await?;
+    assert!(
+        sa.image_pull_secrets
+            .iter()
+            .flatten()
+            .any(|r| r.name == "docker-hub"),
+        "the entry cheiron could not remove is left"
+    );
+    s.until_no_secret(&ns, "docker-hub").await?;
+    frozen.thaw().await?;
+    Ok(())
+}

@@ -131,3 +131,76 @@ async fn service_accounts_that_predate_the_manager_are_backfilled_and_opt_outs_a
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn narrowing_the_names_or_switching_to_pod_mode_removes_exactly_what_cheiron_added() -> Result
+{
+    let s = ControllerScenario::new("narrowing").await?;
+    let ns = s.create_target_namespace(&[], &[]).await?;
+    for name in ["kept", "dropped"] {
+        s.create_service_account(&ns, &service_account(name, &["theirs"], &[]))
+            .await?;
+    }
+    let spec = |mode: &str, names: &str| {
+        format!(
+            "  mode: {mode}
+{names}  secrets:
+    - name: docker-hub
+      registry: https://index.docker.io/v1/
+      username: alice
+      password: alice-password
+"
+        )
+    };
+    s.apply(&s.cluster_manager(
+        "narrowing",
+        &spec("ServiceAccount", "  serviceAccountNames: [kept, dropped]\n"),
+    ))
+    .await?;
+    for name in ["kept", "dropped"] {
+        s.until_service_account(&ns, name, has_pull_secrets(&["theirs", "docker-hub"]))
+            .await?;
+    }
+    // Another writer adds after cheiron: that entry must survive everything below.
+    s.append_pull_secret(&ns, "dropped", "theirs-later").await?;
+
+    s.apply(&s.cluster_manager(
+        "narrowing",
+        &spec("ServiceAccount", "  serviceAccountNames: [kept]\n"),
+    ))
+    .await?;
+    let dropped = s
+        .until_service_account(
+            &ns,
+            "dropped",
+            has_pull_secrets(&["theirs", "theirs-later"]),
+        )
+        .await?;
+    assert_eq!(
+        (
+            dropped.annotation(RECONCILE_WITH),
+            dropped.annotation(RECONCILED)
+        ),
+        (None, None),
+        "cheiron's record of what it added goes with the last entry it added"
+    );
+    s.until_service_account(&ns, "kept", has_pull_secrets(&["theirs", "docker-hub"]))
+        .await?;
+
+    s.apply(&s.cluster_manager("narrowing", &spec("Pod", "")))
+        .await?;
+    s.until_service_account(&ns, "kept", has_pull_secrets(&["theirs"]))
+        .await?;
+    let dropped = s.service_account(&ns, "dropped").await?;
+    assert_eq!(
+        dropped
+            .image_pull_secrets
+            .iter()
+            .flatten()
+            .map(|r| r.name.as_str())
+            .collect::<Vec<_>>(),
+        ["theirs", "theirs-later"],
+        "a ServiceAccount already cleaned is left as it is"
+    );
+    Ok(())
+}
