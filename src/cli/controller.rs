@@ -72,6 +72,15 @@ pub struct ControllerArgs {
         env = "CHEIRON_RESYNC"
     )]
     pub resync: u64,
+    /// Most source Secrets watched at once for rotation; sources beyond it are re-read at
+    /// each resync instead. Bounds what tenants' managers can make the controller hold.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = controller::source_watches::DEFAULT_MAX_SOURCE_WATCHES,
+        env = "CHEIRON_MAX_SOURCE_WATCHES"
+    )]
+    pub max_source_watches: usize,
 }
 
 impl ControllerArgs {
@@ -92,6 +101,7 @@ impl ControllerArgs {
             leader_election_id,
             lease_duration,
             resync,
+            max_source_watches,
         } = self;
         let instance = pod_name
             .or_else(|| std::env::var("HOSTNAME").ok())
@@ -99,6 +109,7 @@ impl ControllerArgs {
         let options = ControllerOptions {
             resync: Duration::from_secs(resync),
             instance,
+            max_source_watches,
             ..ControllerOptions::default()
         };
         if no_leader_election || !leader_election {

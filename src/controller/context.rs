@@ -61,6 +61,7 @@ impl Context {
         metrics: Arc<Metrics>,
         triggers: Triggers,
         resync: Duration,
+        max_source_watches: usize,
     ) -> Self {
         let Caches {
             namespaced,
@@ -70,7 +71,7 @@ impl Context {
             service_accounts,
         } = caches;
         Self {
-            sources: SourceWatches::new(client.clone(), triggers.clone()),
+            sources: SourceWatches::new(client.clone(), triggers.clone(), max_source_watches),
             client,
             namespaced,
             cluster,

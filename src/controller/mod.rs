@@ -25,7 +25,7 @@ mod leader;
 mod plan;
 mod reconcile;
 mod serviceaccount;
-mod source_watches;
+pub mod source_watches;
 mod status;
 mod triggers;
 mod write;
@@ -72,6 +72,8 @@ pub struct ControllerOptions {
     pub concurrency: u16,
     /// `reportingInstance` of Events (the Pod name in a cluster).
     pub instance: String,
+    /// Most source Secrets watched at once (see [`source_watches::SourceWatches`]).
+    pub max_source_watches: usize,
 }
 
 impl Default for ControllerOptions {
@@ -80,6 +82,7 @@ impl Default for ControllerOptions {
             resync: Duration::from_secs(600),
             concurrency: 4,
             instance: "cheiron".to_owned(),
+            max_source_watches: source_watches::DEFAULT_MAX_SOURCE_WATCHES,
         }
     }
 }
@@ -115,6 +118,7 @@ pub async fn run(
         resync,
         concurrency,
         instance,
+        max_source_watches,
     } = options;
     ensure_crds(&client).await?;
     let config = ControllerConfig::default().concurrency(concurrency);
@@ -155,6 +159,7 @@ pub async fn run(
         metrics,
         triggers,
         resync,
+        max_source_watches,
     ));
     let routing = tokio::spawn(triggers::route(client, writers, routing));
     let _stop_routing = AbortOnDrop(routing.abort_handle());

@@ -19,12 +19,19 @@ use tokio::task::AbortHandle;
 use super::{desired::SourceKey, kinds::ManagerRef, triggers::Triggers};
 use crate::policy::ManagerId;
 
+/// The default of `--max-source-watches`.
+pub const DEFAULT_MAX_SOURCE_WATCHES: usize = 500;
+
 /// One metadata watch per source Secret a manager names, each triggering the managers that
-/// read it, so a rotation reaches the copies within seconds.
+/// read it, so a rotation reaches the copies within seconds. Tenants choose how many distinct
+/// sources there are (one namespaced manager each, at the least), so the number of watches
+/// is bounded: a source beyond the bound is not watched, and its rotation reaches the copies
+/// at the next resync instead (said in the log).
 pub struct SourceWatches {
     client: Client,
     triggers: Triggers,
     state: Arc<Mutex<SourceState>>,
+    limit: usize,
 }
 
 #[derive(Default)]
@@ -35,13 +42,22 @@ struct SourceState {
 }
 
 impl SourceWatches {
-    /// No watches yet.
-    pub fn new(client: Client, triggers: Triggers) -> Self {
+    /// No watches yet; at most `limit` at once.
+    pub fn new(client: Client, triggers: Triggers, limit: usize) -> Self {
         Self {
             client,
             triggers,
             state: Arc::default(),
+            limit,
         }
+    }
+
+    /// How many sources are watched, and how many are read but left to the resync.
+    pub fn counts(&self) -> (usize, usize) {
+        self.state
+            .lock()
+            .map(|s| (s.watches.len(), s.readers.len() - s.watches.len()))
+            .unwrap_or_default()
     }
 
     /// Records that `manager` reads exactly `keys`, starting and stopping watches to match.
@@ -70,6 +86,15 @@ impl SourceWatches {
                 .or_default()
                 .insert(manager.clone());
             if !state.watches.contains_key(key) {
+                if state.watches.len() >= self.limit {
+                    tracing::warn!(
+                        source = %format!("{}/{}", key.0, key.1),
+                        limit = self.limit,
+                        "not watching this source: --max-source-watches reached; its rotation \
+                         reaches the copies at the next resync"
+                    );
+                    continue;
+                }
                 let task = watch_source(
                     self.client.clone(),
                     key.clone(),
@@ -131,5 +156,45 @@ async fn watch_source(
                 tracing::warn!(source = %format!("{namespace}/{name}"), error = %e, "source watch failed; retrying")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{controller::fake_api::FakeApi, policy::ManagerKind};
+
+    fn manager(name: &str) -> ManagerId {
+        ManagerId {
+            kind: ManagerKind::Namespaced,
+            namespace: Some("team".to_owned()),
+            name: name.to_owned(),
+        }
+    }
+
+    fn key(name: &str) -> SourceKey {
+        ("team".to_owned(), name.to_owned())
+    }
+
+    #[tokio::test]
+    async fn tenants_cannot_make_the_controller_hold_more_watches_than_the_bound() {
+        // The watches' requests go to a fake that refuses them: only the bookkeeping counts.
+        let watches = SourceWatches::new(FakeApi::default().client(), Triggers::new().0, 2);
+        for i in 0..5 {
+            watches.set(&manager(&format!("m{i}")), [key(&format!("s{i}"))]);
+        }
+        assert_eq!(
+            watches.counts(),
+            (2, 3),
+            "two watched, three left to the resync"
+        );
+        // A manager that stops reading frees its slot for the next one to reconcile.
+        watches.set(&manager("m0"), []);
+        assert_eq!(watches.counts(), (1, 3));
+        watches.set(&manager("m4"), [key("s4")]);
+        assert_eq!(watches.counts(), (2, 2));
+        // Two managers reading one source share its watch.
+        watches.set(&manager("m5"), [key("s4")]);
+        assert_eq!(watches.counts(), (2, 2));
     }
 }

@@ -61,6 +61,7 @@ fn context(fake: &FakeApi, service_accounts: Vec<ServiceAccount>) -> Context {
         Arc::new(Metrics::new()),
         Triggers::new().0,
         Duration::from_secs(600),
+        2,
     )
 }
 
