@@ -255,7 +255,7 @@ impl LeaderElection {
                     Ok(false) => failures_in_a_row = 0,
                     Err(message) => {
                         // Said on the first failure and every tenth after, not every retry.
-                        if failures_in_a_row % 10 == 0 {
+                        if failures_in_a_row.is_multiple_of(10) {
                             tracing::warn!(%lease, error = %message, failures = failures_in_a_row + 1, "cannot read or take the lease; retrying");
                         }
                         failures_in_a_row = failures_in_a_row.saturating_add(1);
