@@ -8,7 +8,7 @@
 //! pair is also re-read every [`RELOAD_PERIOD`] whatever happens.
 
 use std::{
-    fmt,
+    fmt, io,
     path::{Path, PathBuf},
     sync::Arc,
     time::Duration,
@@ -18,7 +18,7 @@ use notify::{
     EventKind, RecommendedWatcher, RecursiveMode, Watcher,
     event::{AccessKind, AccessMode},
 };
-use tokio::{sync::Notify, time::MissedTickBehavior};
+use tokio::{io::AsyncReadExt, sync::Notify, time::MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::{CertResolver, ServingKey, TlsError};
@@ -70,19 +70,13 @@ impl CertDir {
         &self.path
     }
 
-    /// Reads both files, following symlinks (a Secret volume's `..data` indirection).
+    /// Reads both files, following symlinks (a Secret volume's `..data` indirection). Only
+    /// regular files of at most 1 MiB are read: a FIFO would block the read
+    /// forever (and with it startup, or the reloader), a device could be endless.
     pub async fn read(&self) -> Result<PemPair, TlsError> {
-        let read = |file: &'static str| {
-            let path = self.path.join(file);
-            async move {
-                tokio::fs::read(&path)
-                    .await
-                    .map_err(|source| TlsError::Read { path, source })
-            }
-        };
         Ok(PemPair {
-            cert: read(CERT_FILE).await?,
-            key: read(KEY_FILE).await?,
+            cert: read_pem_file(self.path.join(CERT_FILE)).await?,
+            key: read_pem_file(self.path.join(KEY_FILE)).await?,
         })
     }
 
@@ -97,6 +91,84 @@ impl CertDir {
             last: pair,
         };
         Ok((resolver, reloader))
+    }
+}
+
+/// Largest `tls.crt` or `tls.key` read. A certificate chain is a few KiB; a larger file is
+/// not a PEM pair, and is refused rather than read into memory.
+const MAX_PEM_BYTES: u64 = 1024 * 1024;
+
+/// Reads `path` if it is a regular file of at most [`MAX_PEM_BYTES`].
+///
+/// Opened without blocking (opening a FIFO for reading otherwise waits for a writer, in a
+/// thread that cannot be cancelled, which also keeps the process from exiting on SIGTERM),
+/// and the opened file itself is checked, so a file swapped for a FIFO after a check is
+/// refused too.
+async fn read_pem_file(path: PathBuf) -> Result<Vec<u8>, TlsError> {
+    let refuse = |path: PathBuf, message: String| TlsError::Read {
+        path,
+        source: io::Error::new(io::ErrorKind::InvalidInput, message),
+    };
+    let opened = tokio::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&path)
+        .await;
+    let file = match opened {
+        Ok(file) => file,
+        Err(source) => return Err(TlsError::Read { path, source }),
+    };
+    let metadata = match file.metadata().await {
+        Ok(metadata) => metadata,
+        Err(source) => return Err(TlsError::Read { path, source }),
+    };
+    if !metadata.is_file() {
+        let what = file_type_name(&metadata.file_type());
+        return Err(refuse(
+            path,
+            format!(
+                "{what}, not a regular file (tls.crt and tls.key must be files or symlinks to files)"
+            ),
+        ));
+    }
+    if metadata.len() > MAX_PEM_BYTES {
+        return Err(refuse(
+            path,
+            format!("larger than {MAX_PEM_BYTES} bytes, not a PEM certificate or key"),
+        ));
+    }
+    let mut contents = Vec::new();
+    // A file growing after the check is cut at the bound plus one byte, and refused.
+    let read = file
+        .take(MAX_PEM_BYTES + 1)
+        .read_to_end(&mut contents)
+        .await;
+    match read {
+        Err(source) => Err(TlsError::Read { path, source }),
+        Ok(n) if n as u64 > MAX_PEM_BYTES => Err(refuse(
+            path,
+            format!("larger than {MAX_PEM_BYTES} bytes, not a PEM certificate or key"),
+        )),
+        Ok(_) => Ok(contents),
+    }
+}
+
+/// What a file that is not a regular file is, for the error message.
+fn file_type_name(file_type: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+
+    if file_type.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if file_type.is_dir() {
+        "a directory"
+    } else if file_type.is_char_device() {
+        "a character device"
+    } else if file_type.is_block_device() {
+        "a block device"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
     }
 }
 
@@ -325,6 +397,91 @@ mod tests {
             Reload::Unreadable(TlsError::Read { .. })
         ));
         assert_eq!(served_der(&resolver), before);
+    }
+
+    fn mkfifo(path: &Path) {
+        let status = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mkfifo {}", path.display());
+    }
+
+    #[tokio::test]
+    async fn a_fifo_in_the_cert_dir_is_refused_at_once_instead_of_hanging_startup() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pair = generated_pair();
+        fs::write(tmp.path().join(CERT_FILE), &pair.cert).unwrap();
+        mkfifo(&tmp.path().join(KEY_FILE));
+
+        // Without a writer, a blocking open of the FIFO would never return.
+        let loaded =
+            tokio::time::timeout(Duration::from_secs(5), CertDir::new(tmp.path()).load()).await;
+        let error = loaded.expect("load hung on a FIFO").unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.starts_with("cannot read ")
+                && message.contains(KEY_FILE)
+                && message.contains("a FIFO (named pipe), not a regular file"),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_fifo_swapped_in_on_reload_keeps_the_old_certificate() {
+        let tmp = tempfile::tempdir().unwrap();
+        write_pair(tmp.path(), &generated_pair());
+        let (resolver, mut reloader) = CertDir::new(tmp.path()).load().await.unwrap();
+        let before = served_der(&resolver);
+
+        fs::remove_file(tmp.path().join(CERT_FILE)).unwrap();
+        mkfifo(&tmp.path().join(CERT_FILE));
+        let checked = tokio::time::timeout(Duration::from_secs(5), reloader.check())
+            .await
+            .expect("reload hung on a FIFO");
+        assert!(
+            matches!(&checked, Reload::Unreadable(TlsError::Read { path, .. }) if path.ends_with(CERT_FILE)),
+            "{checked:?}"
+        );
+        assert_eq!(served_der(&resolver), before);
+    }
+
+    #[tokio::test]
+    async fn directories_devices_and_oversized_files_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pair = generated_pair();
+        fs::write(tmp.path().join(KEY_FILE), &pair.key).unwrap();
+        let cert = tmp.path().join(CERT_FILE);
+
+        fs::create_dir(&cert).unwrap();
+        let message = CertDir::new(tmp.path())
+            .read()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("a directory, not a regular file"),
+            "{message}"
+        );
+        fs::remove_dir(&cert).unwrap();
+
+        // An endless device would otherwise be read until memory runs out.
+        std::os::unix::fs::symlink("/dev/zero", &cert).unwrap();
+        let message = CertDir::new(tmp.path())
+            .read()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("a character device"), "{message}");
+        fs::remove_file(&cert).unwrap();
+
+        fs::write(&cert, vec![b'x'; MAX_PEM_BYTES as usize + 1]).unwrap();
+        let message = CertDir::new(tmp.path())
+            .read()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("larger than"), "{message}");
     }
 
     /// Lays `pair` out as kubelet does a Secret volume: `..<timestamp>/tls.{crt,key}`,
