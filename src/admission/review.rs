@@ -21,6 +21,24 @@ pub enum InvalidReview {
     /// An AdmissionReview without `request`.
     #[error("AdmissionReview has no request")]
     NoRequest,
+    /// JSON of the right shape whose `apiVersion` and `kind` are not those of an
+    /// `admission.k8s.io/v1` `AdmissionReview`. The message does not quote what was sent.
+    #[error("body is not an {API_VERSION} {KIND}: wrong apiVersion or kind")]
+    WrongType,
+}
+
+/// The only `apiVersion` answered (the registration asks for `v1` reviews only).
+const API_VERSION: &str = "admission.k8s.io/v1";
+/// The `kind` of the body.
+const KIND: &str = "AdmissionReview";
+
+/// Refuses an envelope that names another type: the shape alone does not make a body a review.
+fn check_type(envelope: &AdmissionReview<AdmittedObject>) -> Result<(), InvalidReview> {
+    if envelope.types.api_version == API_VERSION && envelope.types.kind == KIND {
+        Ok(())
+    } else {
+        Err(InvalidReview::WrongType)
+    }
 }
 
 /// How one review was handled, for metrics and logs.
@@ -38,6 +56,12 @@ pub enum Outcome {
     Uninterpretable,
     /// The namespace could not be looked up; allowed without a patch, with a warning.
     NamespaceUnknown,
+    /// `request.namespace` is not a namespace name, so it was not looked up; allowed
+    /// without a patch, with a warning.
+    NamespaceInvalid,
+    /// The namespace was not looked up because too many lookups were made lately; allowed
+    /// without a patch, with a warning.
+    NamespaceRateLimited,
 }
 
 impl Outcome {
@@ -50,6 +74,8 @@ impl Outcome {
             Outcome::NotHandled => "not_handled",
             Outcome::Uninterpretable => "uninterpretable",
             Outcome::NamespaceUnknown => "namespace_unknown",
+            Outcome::NamespaceInvalid => "namespace_invalid",
+            Outcome::NamespaceRateLimited => "namespace_rate_limited",
         }
     }
 }
@@ -113,13 +139,15 @@ pub struct Review {
     object: Object,
 }
 
-/// Parses an AdmissionReview body. Only a body that is not a review with a request fails.
+/// Parses an AdmissionReview body. Only a body that is not an `admission.k8s.io/v1`
+/// AdmissionReview with a request fails.
 ///
 /// The common case is one pass that skips everything admission does not read. If the object
 /// has an unexpected shape, the envelope is parsed again without it, so an odd object yields a
 /// warning rather than an error.
 pub fn parse(body: &[u8]) -> Result<Review, InvalidReview> {
     if let Ok(envelope) = serde_json::from_slice::<AdmissionReview<AdmittedObject>>(body) {
+        check_type(&envelope)?;
         let mut request: AdmissionRequest<AdmittedObject> =
             envelope.try_into().map_err(|_| InvalidReview::NoRequest)?;
         let object = request.object.take();
@@ -143,6 +171,7 @@ pub fn parse(body: &[u8]) -> Result<Review, InvalidReview> {
     }
     let envelope: AdmissionReview<AdmittedObject> =
         serde_json::from_value(value).map_err(InvalidReview::NotAReview)?;
+    check_type(&envelope)?;
     let request: AdmissionRequest<AdmittedObject> =
         envelope.try_into().map_err(|_| InvalidReview::NoRequest)?;
     Ok(Review {

@@ -341,6 +341,41 @@ fn bodies_that_are_not_reviews_are_rejected() -> TestResult {
     Ok(())
 }
 
+#[test]
+fn a_review_shaped_body_of_another_kind_or_version_is_rejected() -> TestResult {
+    let v = view("Pod", &["a"])?;
+    let pod = json!({"metadata": {"generateName": "x-"}, "spec": {}});
+    for (api_version, kind) in [
+        ("admission.k8s.io/v1", "NotAReview"),
+        ("admission.k8s.io/v1beta1", "AdmissionReview"),
+        ("v1", "Pod"),
+        ("", ""),
+    ] {
+        let mut body: Value =
+            serde_json::from_slice(&review_body("Pod", "pods", "CREATE", pod.clone()))?;
+        body["apiVersion"] = json!(api_version);
+        body["kind"] = json!(kind);
+        let result = review(&serde_json::to_vec(&body)?, &v);
+        assert!(
+            matches!(result, Err(InvalidReview::WrongType)),
+            "{api_version} {kind}: {result:?}"
+        );
+        // The slow path (an object of an odd shape) checks the type as well.
+        body["request"]["object"] = json!({"metadata": "nope"});
+        let result = review(&serde_json::to_vec(&body)?, &v);
+        assert!(
+            matches!(result, Err(InvalidReview::WrongType)),
+            "{api_version} {kind}, odd object: {result:?}"
+        );
+    }
+    // The message says what is wrong without quoting the body.
+    assert_eq!(
+        InvalidReview::WrongType.to_string(),
+        "body is not an admission.k8s.io/v1 AdmissionReview: wrong apiVersion or kind"
+    );
+    Ok(())
+}
+
 const NAMES: [&str; 6] = ["a", "b", "docker-hub", "ghcr", "x.y", "z-1"];
 
 fn name() -> impl Strategy<Value = String> {

@@ -53,7 +53,9 @@ impl RequestError {
             RequestError::UnreadableBody(_) => "unreadable_body",
             RequestError::BodyTimeout => "body_timeout",
             RequestError::InvalidReview(InvalidReview::NotJson(_)) => "not_json",
-            RequestError::InvalidReview(InvalidReview::NotAReview(_)) => "not_a_review",
+            RequestError::InvalidReview(
+                InvalidReview::NotAReview(_) | InvalidReview::WrongType,
+            ) => "not_a_review",
             RequestError::InvalidReview(InvalidReview::NoRequest) => "no_request",
             RequestError::EncodeReview(_) => "encode_review",
         }
