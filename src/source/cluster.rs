@@ -244,8 +244,19 @@ impl Source for ClusterSource {
         &self.view
     }
 
+    /// Reads the namespace's metadata live. The name becomes part of the API path, so
+    /// anything that is not a namespace name (`kube-system/secrets/x`, `a?watch=1`) is
+    /// refused here, whatever the caller checked.
     fn lookup_namespace<'a>(&'a self, name: &'a str) -> BoxFuture<'a, NamespaceLookup> {
         Box::pin(async move {
+            if !super::is_namespace_name(name) {
+                // Not logged: the name is the client's, of any length.
+                tracing::warn!(
+                    bytes = name.len(),
+                    "refusing to look up a namespace whose name is not a DNS-1123 label"
+                );
+                return NamespaceLookup::Unknown;
+            }
             let api: Api<Namespace> = Api::all(self.client.clone());
             match tokio::time::timeout(NAMESPACE_LOOKUP_TIMEOUT, api.get_metadata_opt(name)).await {
                 Ok(Ok(Some(ns))) => NamespaceLookup::Found(NamespaceMeta {

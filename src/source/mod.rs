@@ -3,10 +3,15 @@
 
 mod cluster;
 mod file;
+mod lookup;
 mod namespaces;
 
 pub use cluster::{ClusterSource, ClusterView};
 pub use file::{FileSource, LoadError, load_paths};
+pub use lookup::{
+    DEFAULT_LOOKUP_BURST, DEFAULT_LOOKUP_RATE, DEFAULT_MISS_CACHE_SIZE, DEFAULT_MISS_TTL,
+    LookupDecision, LookupGuard, LookupLimits, MissCache, TokenBucket, is_namespace_name,
+};
 pub use namespaces::NamespaceIndex;
 
 /// How long a live namespace lookup may take before the object is admitted unchanged.
