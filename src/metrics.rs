@@ -141,6 +141,65 @@ impl AdmissionMetrics {
     }
 }
 
+/// Labels of `cheiron_connections_open`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    /// `webhook` or `admin`.
+    pub listener: &'static str,
+}
+
+/// Labels of `cheiron_connections_refused_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    /// `webhook` or `admin`.
+    pub listener: &'static str,
+    /// `max_connections` or `max_connections_per_peer`.
+    pub reason: &'static str,
+}
+
+/// Labels of `cheiron_connections_closed_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClosedLabels {
+    /// The limit that ended the connection, e.g. `idle` or `preface_timeout`.
+    pub reason: &'static str,
+}
+
+/// The server's limits at work (docs/design.md §7, Limits).
+#[derive(Clone, Debug, Default)]
+pub struct ConnectionMetrics {
+    /// `cheiron_connections_open{listener}`: connections holding a slot.
+    pub open: Family<ListenerLabels, Gauge>,
+    /// `cheiron_connections_refused_total{listener, reason}`: connections closed at accept
+    /// because the listener or the peer had its maximum open.
+    pub refused: Family<RefusedLabels, Counter>,
+    /// `cheiron_connections_closed_total{reason}`: connections the server ended because of a
+    /// limit (a timeout, the idle timeout or the maximum age).
+    pub closed: Family<ClosedLabels, Counter>,
+    /// `cheiron_body_budget_used_bytes`: bytes of request bodies reserved.
+    pub body_budget_used: Gauge,
+}
+
+impl ConnectionMetrics {
+    /// Counts one connection refused at accept.
+    pub fn record_refused(&self, listener: &'static str, reason: &'static str) {
+        self.refused
+            .get_or_create(&RefusedLabels { listener, reason })
+            .inc();
+    }
+
+    /// Counts one connection ended by a limit.
+    pub fn record_closed(&self, reason: &'static str) {
+        self.closed.get_or_create(&ClosedLabels { reason }).inc();
+    }
+
+    /// The open-connections gauge of `listener`.
+    pub fn open(&self, listener: &'static str) -> Gauge {
+        self.open
+            .get_or_create(&ListenerLabels { listener })
+            .clone()
+    }
+}
+
 /// The controller's metrics.
 #[derive(Clone, Debug)]
 pub struct ReconcileMetrics {
@@ -191,6 +250,8 @@ pub struct Metrics {
     pub admission: AdmissionMetrics,
     /// Controller metrics.
     pub reconcile: ReconcileMetrics,
+    /// Connection and body limits of the webhook's server.
+    pub connections: ConnectionMetrics,
     /// `cheiron_certificate_expiry_timestamp_seconds`: `notAfter` of the serving certificate,
     /// in seconds since the Unix epoch.
     pub certificate_expiry: Gauge,
@@ -221,6 +282,7 @@ impl Metrics {
             service_accounts_patched: Counter::default(),
         };
         let certificate_expiry = Gauge::default();
+        let connections = ConnectionMetrics::default();
 
         registry.register(
             "admission_requests",
@@ -274,6 +336,27 @@ impl Metrics {
             "ServiceAccounts whose imagePullSecrets cheiron changed",
             reconcile.service_accounts_patched.clone(),
         );
+        registry.register(
+            "connections_open",
+            "Connections open, by listener",
+            connections.open.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "Connections closed at accept because the listener or the peer had its maximum open",
+            connections.refused.clone(),
+        );
+        registry.register(
+            "connections_closed",
+            "Connections the server ended because of a limit, by limit",
+            connections.closed.clone(),
+        );
+        registry.register_with_unit(
+            "body_budget_used",
+            "Bytes of request bodies held, out of the body budget",
+            Unit::Bytes,
+            connections.body_budget_used.clone(),
+        );
         registry.register_with_unit(
             "certificate_expiry_timestamp",
             "notAfter of the webhook serving certificate, as a Unix timestamp",
@@ -285,6 +368,7 @@ impl Metrics {
             registry,
             admission,
             reconcile,
+            connections,
             certificate_expiry,
         }
     }

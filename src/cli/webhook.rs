@@ -8,9 +8,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     metrics::Metrics,
-    source::{ClusterSource, FileSource, Source},
+    source::{ClusterSource, FileSource, LookupLimits, Source},
     tls::TlsSource,
-    webhook::{self, WebhookOptions},
+    webhook::{self, Limits, WebhookOptions},
 };
 
 /// The admin server (`/healthz`, `/readyz`, `/metrics`).
@@ -70,6 +70,122 @@ pub struct ServeArgs {
     /// are updated before connections drain.
     #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = parse_seconds, env = "CHEIRON_SHUTDOWN_DELAY")]
     pub shutdown_delay: Duration,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+/// What clients can hold of the webhook (docs/design.md §7, Limits). The defaults are the
+/// constants of [`crate::webhook`]; a test keeps them equal.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Limits")]
+pub struct LimitArgs {
+    /// Connections open at once on the webhook port; more are accepted and closed at once.
+    #[arg(long, value_name = "N", default_value = "1024", value_parser = parse_count, env = "CHEIRON_MAX_CONNECTIONS")]
+    pub max_connections: usize,
+    /// Connections open at once from one IP address on the webhook port.
+    #[arg(long, value_name = "N", default_value = "512", value_parser = parse_count, env = "CHEIRON_MAX_CONNECTIONS_PER_PEER")]
+    pub max_connections_per_peer: usize,
+    /// Connections open at once on the admin port.
+    #[arg(long, value_name = "N", default_value = "64", value_parser = parse_count, env = "CHEIRON_MAX_ADMIN_CONNECTIONS")]
+    pub max_admin_connections: usize,
+    /// Bytes of request bodies held at once (suffixes Ki, Mi, Gi); a body that does not fit
+    /// gets 503 with Retry-After before it is read.
+    #[arg(long, value_name = "BYTES", default_value = "64Mi", value_parser = parse_bytes, env = "CHEIRON_BODY_BUDGET")]
+    pub body_budget: usize,
+    /// Seconds a client may take to send a request body (then 408).
+    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_timeout, env = "CHEIRON_BODY_TIMEOUT")]
+    pub body_timeout: Duration,
+    /// Seconds a client may take to complete the TLS handshake.
+    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_timeout, env = "CHEIRON_TLS_HANDSHAKE_TIMEOUT")]
+    pub tls_handshake_timeout: Duration,
+    /// Seconds an HTTP/1 connection may take to send a request's headers, from its start
+    /// or the previous response (so also its idle timeout).
+    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_timeout, env = "CHEIRON_HTTP1_HEADER_TIMEOUT")]
+    pub http1_header_timeout: Duration,
+    /// Seconds an HTTP/2 connection may take to send its preface.
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = parse_timeout, env = "CHEIRON_HTTP2_PREFACE_TIMEOUT")]
+    pub http2_preface_timeout: Duration,
+    /// Seconds an HTTP/2 connection may stay open without a request in progress (PINGs do
+    /// not count); then it gets GOAWAY.
+    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = parse_timeout, env = "CHEIRON_HTTP2_IDLE_TIMEOUT")]
+    pub http2_idle_timeout: Duration,
+    /// Requests in flight on one HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS).
+    #[arg(long, value_name = "N", default_value = "32", value_parser = parse_streams, env = "CHEIRON_HTTP2_MAX_STREAMS")]
+    pub http2_max_streams: u32,
+    /// Seconds after which a connection is closed gracefully (GOAWAY, Connection: close);
+    /// 0 for never.
+    #[arg(long, value_name = "SECONDS", default_value = "600", value_parser = parse_seconds, env = "CHEIRON_MAX_CONNECTION_AGE")]
+    pub max_connection_age: Duration,
+    /// Live namespace lookups per second on cache misses; 0 turns them off (such reviews
+    /// are admitted unchanged, with a warning).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value = "10",
+        env = "CHEIRON_NAMESPACE_LOOKUP_RATE"
+    )]
+    pub namespace_lookup_rate: u32,
+    /// Live namespace lookups allowed at once after a quiet spell.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value = "20",
+        env = "CHEIRON_NAMESPACE_LOOKUP_BURST"
+    )]
+    pub namespace_lookup_burst: u32,
+    /// Seconds a namespace found missing is not looked up again.
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = parse_seconds, env = "CHEIRON_NAMESPACE_MISS_TTL")]
+    pub namespace_miss_ttl: Duration,
+    /// Most namespace names remembered as missing.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value = "1024",
+        env = "CHEIRON_NAMESPACE_MISS_CACHE_SIZE"
+    )]
+    pub namespace_miss_cache_size: usize,
+}
+
+impl LimitArgs {
+    /// The TLS handshake timeout, and the limits.
+    fn limits(self) -> (Duration, Limits) {
+        let Self {
+            max_connections,
+            max_connections_per_peer,
+            max_admin_connections,
+            body_budget,
+            body_timeout,
+            tls_handshake_timeout,
+            http1_header_timeout,
+            http2_preface_timeout,
+            http2_idle_timeout,
+            http2_max_streams,
+            max_connection_age,
+            namespace_lookup_rate,
+            namespace_lookup_burst,
+            namespace_miss_ttl,
+            namespace_miss_cache_size,
+        } = self;
+        let limits = Limits {
+            max_connections,
+            max_admin_connections,
+            max_connections_per_peer,
+            body_budget,
+            body_timeout,
+            http1_header_timeout,
+            http2_preface_timeout,
+            http2_idle_timeout,
+            http2_max_streams,
+            max_connection_age,
+            namespace_lookups: LookupLimits {
+                rate_per_second: namespace_lookup_rate,
+                burst: namespace_lookup_burst,
+                miss_ttl: namespace_miss_ttl,
+                miss_cache_size: namespace_miss_cache_size,
+            },
+        };
+        (tls_handshake_timeout, limits)
+    }
 }
 
 impl ServeArgs {
@@ -86,6 +202,7 @@ impl ServeArgs {
             admin: AdminArgs { admin_listen },
             tls,
             shutdown_delay,
+            limits,
         } = self;
         let options = WebhookOptions {
             listen,
@@ -93,7 +210,9 @@ impl ServeArgs {
             tls: tls.source(),
             shutdown_delay,
         };
-        webhook::run(options, source, metrics, shutdown).await?;
+        let (handshake_timeout, limits) = limits.limits();
+        let config = options.with_limits(handshake_timeout, limits);
+        webhook::run(config, source, metrics, shutdown).await?;
         Ok(())
     }
 }
@@ -122,6 +241,44 @@ fn parse_seconds(text: &str) -> Result<Duration, String> {
         .ok()
         .and_then(|s| Duration::try_from_secs_f64(s).ok())
         .ok_or_else(|| format!("{text:?} is not a number of seconds"))
+}
+
+/// [`parse_seconds`], above zero: a timeout of zero would refuse everything.
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    match parse_seconds(text)? {
+        zero if zero.is_zero() => Err("a timeout must be above zero".to_owned()),
+        duration => Ok(duration),
+    }
+}
+
+/// Parses a count of at least 1.
+fn parse_count(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{text:?} is not a whole number")),
+    }
+}
+
+/// Parses a number of HTTP/2 streams, at least 1.
+fn parse_streams(text: &str) -> Result<u32, String> {
+    let count = parse_count(text)?;
+    u32::try_from(count).map_err(|_| format!("{text:?} is too large"))
+}
+
+/// Parses `1048576`, `1024Ki`, `64Mi` or `1Gi` (an optional `B` after the suffix) as bytes.
+fn parse_bytes(text: &str) -> Result<usize, String> {
+    let trimmed = text.strip_suffix('B').unwrap_or(text);
+    let (number, unit) = [("Gi", 1usize << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)]
+        .into_iter()
+        .find_map(|(suffix, unit)| trimmed.strip_suffix(suffix).map(|n| (n, unit)))
+        .unwrap_or((trimmed, 1));
+    number
+        .trim()
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+        .ok_or_else(|| format!("{text:?} is not a number of bytes (e.g. 67108864 or 64Mi)"))
 }
 
 impl WebhookArgs {
@@ -155,5 +312,86 @@ mod tests {
         assert_eq!(parse_seconds("2s"), Ok(Duration::from_secs(2)));
         assert!(parse_seconds("soon").is_err());
         assert!(parse_seconds("-1").is_err());
+    }
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(parse_bytes("1024"), Ok(1024));
+        assert_eq!(parse_bytes("16Ki"), Ok(16 * 1024));
+        assert_eq!(parse_bytes("64Mi"), Ok(64 * 1024 * 1024));
+        assert_eq!(parse_bytes("64MiB"), Ok(64 * 1024 * 1024));
+        assert_eq!(parse_bytes("1Gi"), Ok(1 << 30));
+        assert!(parse_bytes("64M").is_err());
+        assert!(parse_bytes("lots").is_err());
+        assert!(parse_bytes("99999999999999999999Gi").is_err());
+    }
+
+    #[test]
+    fn zero_timeouts_and_counts_are_refused() {
+        assert!(parse_timeout("0").is_err());
+        assert_eq!(parse_timeout("0.5"), Ok(Duration::from_millis(500)));
+        assert!(parse_count("0").is_err());
+        assert_eq!(parse_count("7"), Ok(7));
+        assert!(parse_streams("5000000000").is_err());
+    }
+
+    #[derive(clap::Parser)]
+    struct Limited {
+        #[command(flatten)]
+        limits: LimitArgs,
+    }
+
+    #[test]
+    fn flag_defaults_are_the_documented_limits() {
+        let parsed = <Limited as clap::Parser>::try_parse_from(["cheiron"]).unwrap();
+        let (handshake_timeout, limits) = parsed.limits.limits();
+        assert_eq!(handshake_timeout, webhook::HANDSHAKE_TIMEOUT);
+        assert_eq!(limits, Limits::default());
+    }
+
+    #[test]
+    fn every_limit_flag_reaches_the_limits() {
+        let parsed = <Limited as clap::Parser>::try_parse_from([
+            "cheiron",
+            "--max-connections=200",
+            "--max-connections-per-peer=20",
+            "--max-admin-connections=8",
+            "--body-budget=16Mi",
+            "--body-timeout=3",
+            "--tls-handshake-timeout=2",
+            "--http1-header-timeout=1",
+            "--http2-preface-timeout=0.5",
+            "--http2-idle-timeout=1.5",
+            "--http2-max-streams=4",
+            "--max-connection-age=0",
+            "--namespace-lookup-rate=0",
+            "--namespace-lookup-burst=1",
+            "--namespace-miss-ttl=2",
+            "--namespace-miss-cache-size=10",
+        ])
+        .unwrap();
+        let (handshake_timeout, limits) = parsed.limits.limits();
+        assert_eq!(handshake_timeout, Duration::from_secs(2));
+        assert_eq!(
+            limits,
+            Limits {
+                max_connections: 200,
+                max_admin_connections: 8,
+                max_connections_per_peer: 20,
+                body_budget: 16 << 20,
+                body_timeout: Duration::from_secs(3),
+                http1_header_timeout: Duration::from_secs(1),
+                http2_preface_timeout: Duration::from_millis(500),
+                http2_idle_timeout: Duration::from_millis(1500),
+                http2_max_streams: 4,
+                max_connection_age: Duration::ZERO,
+                namespace_lookups: LookupLimits {
+                    rate_per_second: 0,
+                    burst: 1,
+                    miss_ttl: Duration::from_secs(2),
+                    miss_cache_size: 10,
+                },
+            }
+        );
     }
 }

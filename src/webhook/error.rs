@@ -1,7 +1,7 @@
 //! The one place where a request that cannot be answered becomes an HTTP response.
 
 use axum::{
-    http::{StatusCode, header},
+    http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
 
@@ -12,12 +12,19 @@ use crate::admission::InvalidReview;
 /// input, and a client should get a short answer, not its own megabytes back.
 const MAX_MESSAGE_BYTES: usize = 256;
 
+/// `Retry-After` of a 503: bodies in flight are answered in milliseconds, or time out.
+const RETRY_AFTER_SECONDS: u8 = 1;
+const RETRY_AFTER: &str = "1";
+
 /// A request the webhook or admin server refuses.
 #[derive(Debug, thiserror::Error)]
 pub enum RequestError {
     /// The body is larger than [`MAX_BODY_BYTES`] (413).
     #[error("request body exceeds {MAX_BODY_BYTES} bytes")]
     TooLarge,
+    /// The body's bytes do not fit in the body budget now (503, with `Retry-After`).
+    #[error("too many request bodies in flight; retry in {RETRY_AFTER_SECONDS} s")]
+    OverBudget,
     /// The body could not be read, e.g. the connection broke (400).
     #[error("cannot read request body: {0}")]
     UnreadableBody(#[source] axum::Error),
@@ -41,6 +48,7 @@ impl RequestError {
                 StatusCode::BAD_REQUEST
             }
             RequestError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            RequestError::OverBudget => StatusCode::SERVICE_UNAVAILABLE,
             RequestError::EncodeReview(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -52,6 +60,7 @@ impl RequestError {
             RequestError::TooLarge => "too_large",
             RequestError::UnreadableBody(_) => "unreadable_body",
             RequestError::BodyTimeout => "body_timeout",
+            RequestError::OverBudget => "over_budget",
             RequestError::InvalidReview(InvalidReview::NotJson(_)) => "not_json",
             RequestError::InvalidReview(
                 InvalidReview::NotAReview(_) | InvalidReview::WrongType,
@@ -67,12 +76,18 @@ impl IntoResponse for RequestError {
         let mut message = self.to_string();
         crate::message::truncate(&mut message, MAX_MESSAGE_BYTES);
         message.push('\n');
-        (
+        let mut response = (
             self.status(),
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
             message,
         )
-            .into_response()
+            .into_response();
+        if let RequestError::OverBudget = self {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER));
+        }
+        response
     }
 }
 
@@ -157,6 +172,18 @@ mod tests {
             body.len()
         );
         assert!(body.ends_with("…\n"));
+    }
+
+    #[tokio::test]
+    async fn over_budget_is_503_with_retry_after() {
+        let response = RequestError::OverBudget.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+        assert_eq!(
+            answer(RequestError::OverBudget).await.2,
+            "too many request bodies in flight; retry in 1 s\n"
+        );
+        assert_eq!(RequestError::OverBudget.reason(), "over_budget");
     }
 
     #[test]

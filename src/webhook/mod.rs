@@ -5,32 +5,52 @@
 //!
 //! ```text
 //!              HTTPS :8443                                   HTTP :8080 (crate::admin)
-//!   TLS (CertResolver, ArcSwap) ─► router: POST /mutate       /healthz /readyz /metrics
-//!                                    │ read body (≤ 3 MiB, BODY_TIMEOUT)
+//!   accept: a slot under the cap (per listener, per peer), else closed at once
+//!   TLS (CertResolver, ArcSwap), handshake timeout; HTTP/1 header, HTTP/2 preface and
+//!   idle timeouts, maximum connection age (connection::drive)
+//!                                  ─► router: POST /mutate       /healthz /readyz /metrics
+//!                                    │ reserve the body's bytes in the budget, else 503
+//!                                    │ read body (≤ 3 MiB, body timeout)
 //!                                    │ admission::parse(body) ─► Review      (pure)
-//!                                    │ namespace not in the view? source.lookup_namespace
+//!                                    │ namespace not in the view? LookupGuard (name, misses,
+//!                                    │   rate), then source.lookup_namespace
 //!                                    │ review.answer(view) ─► Admission      (pure)
 //!                                    └ metrics, one debug line (never the object)
 //! ```
 
+mod budget;
+mod connection;
 mod error;
+mod limits;
 mod mutate;
 mod server;
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{
+    net::SocketAddr,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+pub use budget::{BodyBudget, Reservation, SMALL_BODY_BYTES};
 pub use error::RequestError;
+pub use limits::{
+    DEFAULT_BODY_BUDGET_BYTES, DEFAULT_BODY_TIMEOUT, DEFAULT_HTTP1_HEADER_TIMEOUT,
+    DEFAULT_HTTP2_IDLE_TIMEOUT, DEFAULT_HTTP2_MAX_STREAMS, DEFAULT_HTTP2_PREFACE_TIMEOUT,
+    DEFAULT_MAX_ADMIN_CONNECTIONS, DEFAULT_MAX_CONNECTION_AGE, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_PEER, HTTP1_MAX_BUF_BYTES, HTTP2_CONNECTION_WINDOW_BYTES,
+    HTTP2_MAX_HEADER_LIST_BYTES, HTTP2_STREAM_WINDOW_BYTES, Limits,
+};
 pub use mutate::router;
-pub use server::{DRAIN_TIMEOUT, HANDSHAKE_TIMEOUT, Listeners, Timing, serve};
+pub use server::{DRAIN_TIMEOUT, HANDSHAKE_TIMEOUT, Listeners, Timing, Tuning, serve};
 
 pub use crate::tls::TlsSource;
 use crate::{
     admin::{AdminState, Readiness},
     metrics::Metrics,
-    source::Source,
+    source::{LookupGuard, Source},
     tls::{CertDir, CertResolver, RELOAD_PERIOD, TlsError},
 };
 
@@ -38,8 +58,8 @@ use crate::{
 /// for a request body is 3 MiB.
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
-/// Longest a client may take to send a request body; then it gets 408.
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a client may take to send a request body by default; then it gets 408.
+pub const BODY_TIMEOUT: Duration = DEFAULT_BODY_TIMEOUT;
 
 /// What `cheiron webhook` is told on its command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +72,34 @@ pub struct WebhookOptions {
     pub tls: TlsSource,
     /// How long to keep serving after shutdown begins (see [`Timing::shutdown_delay`]).
     pub shutdown_delay: Duration,
+}
+
+/// [`WebhookOptions`] and the tuning that has defaults: what [`run`] needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WebhookConfig {
+    /// Addresses, certificate and shutdown delay.
+    pub options: WebhookOptions,
+    /// Longest a client may take to complete the TLS handshake.
+    pub handshake_timeout: Duration,
+    /// What clients can hold.
+    pub limits: Limits,
+}
+
+impl WebhookOptions {
+    /// These options with a TLS handshake timeout and limits other than the defaults.
+    pub fn with_limits(self, handshake_timeout: Duration, limits: Limits) -> WebhookConfig {
+        WebhookConfig {
+            options: self,
+            handshake_timeout,
+            limits,
+        }
+    }
+}
+
+impl From<WebhookOptions> for WebhookConfig {
+    fn from(options: WebhookOptions) -> Self {
+        options.with_limits(HANDSHAKE_TIMEOUT, Limits::default())
+    }
 }
 
 /// Why the webhook could not start.
@@ -76,17 +124,46 @@ pub enum WebhookError {
 pub struct WebhookState {
     source: Arc<dyn Source>,
     admin: AdminState,
+    requests: Arc<RequestLimits>,
+}
+
+/// The limits a request handler applies.
+struct RequestLimits {
+    budget: BodyBudget,
+    body_timeout: Duration,
+    lookups: LookupGuard,
+}
+
+impl RequestLimits {
+    fn new(limits: &Limits, metrics: &Metrics) -> Self {
+        Self {
+            budget: BodyBudget::new(
+                limits.body_budget,
+                metrics.connections.body_budget_used.clone(),
+            ),
+            body_timeout: limits.body_timeout,
+            lookups: LookupGuard::new(limits.namespace_lookups, Instant::now()),
+        }
+    }
 }
 
 impl WebhookState {
-    /// State answering from `source` and recording into `metrics`, never shutting down and
-    /// without a certificate to report.
+    /// State answering from `source` and recording into `metrics`, never shutting down,
+    /// without a certificate to report, and with the default [`Limits`].
     pub fn new(source: Arc<dyn Source>, metrics: Arc<Metrics>) -> Self {
         let ready: Arc<dyn Readiness> = source.clone();
+        let requests = Arc::new(RequestLimits::new(&Limits::default(), &metrics));
         Self {
             source,
             admin: AdminState::new(ready, metrics),
+            requests,
         }
+    }
+
+    /// Requests are held to `limits` (the body budget and timeout, namespace lookups).
+    pub fn with_limits(mut self, limits: &Limits) -> Self {
+        self.requests = Arc::new(RequestLimits::new(limits, self.admin.metrics()));
+        self
     }
 
     /// Once `shutdown` is cancelled, `/readyz` answers 503 and HTTP/1 responses carry
@@ -119,19 +196,25 @@ impl WebhookState {
 /// Runs the webhook until `shutdown` is cancelled and connections have drained: loads or
 /// generates the certificate (and reloads it from `--tls-cert-dir` when the directory changes, re-reading every
 /// [`RELOAD_PERIOD`] as a fallback),
-/// binds both addresses and [`serve`]s.
+/// binds both addresses and [`serve`]s. Plain [`WebhookOptions`] serve with the default
+/// limits; [`WebhookOptions::with_limits`] sets others.
 pub async fn run(
-    options: WebhookOptions,
+    config: impl Into<WebhookConfig>,
     source: Arc<dyn Source>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> Result<(), WebhookError> {
-    let WebhookOptions {
-        listen,
-        admin_listen,
-        tls,
-        shutdown_delay,
-    } = options;
+    let WebhookConfig {
+        options:
+            WebhookOptions {
+                listen,
+                admin_listen,
+                tls,
+                shutdown_delay,
+            },
+        handshake_timeout,
+        limits,
+    } = config.into();
     // Stops the reloader when serving ends, whichever way.
     let reloading = CancellationToken::new();
     let _stop_reloading = reloading.clone().drop_guard();
@@ -157,7 +240,13 @@ pub async fn run(
         source,
         metrics,
         shutdown,
-        Timing::new(shutdown_delay),
+        Tuning {
+            timing: Timing {
+                handshake_timeout,
+                ..Timing::new(shutdown_delay)
+            },
+            limits,
+        },
     )
     .await
 }

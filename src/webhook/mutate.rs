@@ -13,26 +13,22 @@ use axum::{
     routing::post,
 };
 use base64::{Engine, prelude::BASE64_STANDARD};
-use bytes::BytesMut;
 use futures::StreamExt;
 use kube::core::{DynamicObject, admission::AdmissionReview};
 use serde_json::Value;
 
-use super::{BODY_TIMEOUT, MAX_BODY_BYTES, RequestError, WebhookState};
+use super::{BodyBudget, MAX_BODY_BYTES, RequestError, Reservation, WebhookState};
 use crate::{
     admin::close_when_shutting_down,
-    admission::{self, Admission, Outcome},
+    admission::{self, Admission, Outcome, Review},
     policy::WithNamespace,
-    source::NamespaceLookup,
+    source::{LookupDecision, NamespaceLookup},
 };
 
 /// Most bytes of an oversized body read and discarded before answering 413, so that a
-/// client still sending sees the answer instead of a reset connection.
+/// client still sending sees the answer instead of a reset connection. Discarded bytes are
+/// not kept, so they take nothing from the body budget.
 const MAX_DISCARDED_BYTES: usize = 2 * MAX_BODY_BYTES;
-
-/// Largest buffer allocated up front from `Content-Length`; a client cannot make the
-/// server reserve megabytes per connection by announcing a body it never sends.
-const MAX_PREALLOCATED_BYTES: usize = 256 * 1024;
 
 /// The HTTPS router: `POST /mutate`.
 pub fn router(state: WebhookState) -> Router {
@@ -64,9 +60,14 @@ async fn answer(
     started: Instant,
 ) -> Result<Response, RequestError> {
     let (parts, body) = request.into_parts();
-    let body = tokio::time::timeout(BODY_TIMEOUT, read_body(&parts.headers, body))
-        .await
-        .map_err(|_| RequestError::BodyTimeout)??;
+    let limits = &state.requests;
+    // The reservation lives as long as the body and what is parsed from it.
+    let (body, _reservation) = tokio::time::timeout(
+        limits.body_timeout,
+        read_body(&parts.headers, body, &limits.budget),
+    )
+    .await
+    .map_err(|_| RequestError::BodyTimeout)??;
     let review = admission::parse(&body)?;
     let view = state.source.view();
     let missing = review
@@ -75,16 +76,7 @@ async fn answer(
         .map(str::to_owned);
     let admission = match missing {
         None => review.answer(view),
-        // A namespace created a moment ago may not have reached the cache: ask the source
-        // rather than treat it as unlabelled, which could miss its opt-out.
-        Some(ns) => match state.source.lookup_namespace(&ns).await {
-            NamespaceLookup::Found(meta) => review.answer(&WithNamespace::new(view, meta)),
-            NamespaceLookup::Untracked => review.answer(view),
-            NamespaceLookup::Unknown => review.admit_unchanged(
-                format!("cheiron: namespace {ns} could not be looked up; admitted unchanged"),
-                Outcome::NamespaceUnknown,
-            ),
-        },
+        Some(ns) => answer_missing(state, review, &ns).await,
     };
     let encoded = encode_review(&admission.review).map_err(RequestError::EncodeReview)?;
     state.metrics().admission.record(
@@ -95,6 +87,48 @@ async fn answer(
     );
     log_review(&admission);
     Ok(([(header::CONTENT_TYPE, "application/json")], encoded).into_response())
+}
+
+/// Answers a review whose namespace is not in the view. A namespace created a moment ago
+/// may not have reached the cache: ask the source rather than treat it as unlabelled, which
+/// could miss its opt-out; but only for a namespace name, not one found missing a moment
+/// ago, and not more often than the rate allows (`LookupGuard`).
+async fn answer_missing(state: &WebhookState, review: Review, ns: &str) -> Admission {
+    let lookups = &state.requests.lookups;
+    match lookups.decide(ns, Instant::now()) {
+        LookupDecision::Allowed => {}
+        // The name is the client's, of any length: not repeated in the warning.
+        LookupDecision::InvalidName => {
+            return review.admit_unchanged(
+                "cheiron: request.namespace is not a valid namespace name; admitted unchanged"
+                    .to_owned(),
+                Outcome::NamespaceInvalid,
+            );
+        }
+        LookupDecision::RecentlyMissing => {
+            return review.admit_unchanged(unknown_namespace(ns), Outcome::NamespaceUnknown);
+        }
+        LookupDecision::RateLimited => {
+            return review.admit_unchanged(
+                format!("cheiron: namespace {ns} is not cached yet and too many namespaces were looked up lately; admitted unchanged"),
+                Outcome::NamespaceRateLimited,
+            );
+        }
+    }
+    let lookup = state.source.lookup_namespace(ns).await;
+    lookups.record(ns, &lookup, Instant::now());
+    let view = state.source.view();
+    match lookup {
+        NamespaceLookup::Found(meta) => review.answer(&WithNamespace::new(view, meta)),
+        NamespaceLookup::Untracked => review.answer(view),
+        NamespaceLookup::Unknown => {
+            review.admit_unchanged(unknown_namespace(ns), Outcome::NamespaceUnknown)
+        }
+    }
+}
+
+fn unknown_namespace(ns: &str) -> String {
+    format!("cheiron: namespace {ns} could not be looked up; admitted unchanged")
 }
 
 /// Serialises the answer. The API's `response.patch` is `[]byte`, which is a base64 string in
@@ -109,8 +143,14 @@ fn encode_review(review: &AdmissionReview<DynamicObject>) -> Result<Vec<u8>, ser
     serde_json::to_vec(&value)
 }
 
-/// Buffers the body, up to [`MAX_BODY_BYTES`].
-async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, RequestError> {
+/// Buffers the body, up to [`MAX_BODY_BYTES`], holding its bytes in `budget`: all of an
+/// announced `Content-Length` before reading, or each growth of the buffer before it
+/// happens. A body that does not fit is refused at once (503), never waited for.
+async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    budget: &BodyBudget,
+) -> Result<(Bytes, Reservation), RequestError> {
     let announced = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -120,16 +160,31 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, RequestErro
         discard(chunks).await;
         return Err(RequestError::TooLarge);
     }
-    let mut buffer = BytesMut::with_capacity(announced.unwrap_or(0).min(MAX_PREALLOCATED_BYTES));
+    let announced = announced.unwrap_or(0);
+    let mut reservation = budget.reserve(announced).ok_or(RequestError::OverBudget)?;
+    // Reserved, so allocated in full: no copies while growing. The pages are only touched
+    // as bytes arrive.
+    let mut buffer = Vec::with_capacity(announced);
     while let Some(chunk) = chunks.next().await {
         let chunk = chunk.map_err(RequestError::UnreadableBody)?;
-        if buffer.len().saturating_add(chunk.len()) > MAX_BODY_BYTES {
+        let needed = buffer.len().saturating_add(chunk.len());
+        if needed > MAX_BODY_BYTES {
             discard(chunks).await;
             return Err(RequestError::TooLarge);
         }
+        if needed > buffer.capacity() {
+            // Without a length (or past it), grow by doubling, reserving each growth first.
+            let target = needed
+                .max(buffer.capacity().saturating_mul(2))
+                .min(MAX_BODY_BYTES);
+            if !reservation.grow(target - buffer.capacity()) {
+                return Err(RequestError::OverBudget);
+            }
+            buffer.reserve_exact(target - buffer.len());
+        }
         buffer.extend_from_slice(&chunk);
     }
-    Ok(buffer.freeze())
+    Ok((Bytes::from(buffer), reservation))
 }
 
 /// Reads and drops the rest of an oversized body, up to [`MAX_DISCARDED_BYTES`].
@@ -153,11 +208,16 @@ fn log_review(admission: &Admission) {
         .response
         .as_ref()
         .map_or("", |response| response.uid.as_str());
+    // An invalid name is the client's, of any length: not logged.
+    let namespace = match admission.outcome {
+        Outcome::NamespaceInvalid => "<invalid>",
+        _ => admission.namespace.as_deref().unwrap_or(""),
+    };
     tracing::debug!(
         uid,
         resource = %admission.resource,
         operation = admission.operation,
-        namespace = admission.namespace.as_deref().unwrap_or(""),
+        namespace,
         outcome = admission.outcome.as_str(),
         "admission review answered"
     );
@@ -177,6 +237,7 @@ mod tests {
         metrics::Metrics,
         policy::{StaticView, View},
         source::Source,
+        webhook::Limits,
     };
 
     struct Empty(StaticView);
@@ -243,6 +304,204 @@ mod tests {
         // Read in full, then refused as a review without a request.
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert!(body.starts_with("body is not an AdmissionReview"), "{body}");
+    }
+
+    fn pod_review(namespace: &str) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u1", "namespace": namespace, "operation": "CREATE", "userInfo": {},
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "object": {"metadata": {"generateName": "x-"}, "spec": {}},
+            }
+        }))
+        .unwrap()
+    }
+
+    fn with_budget(bytes: usize) -> WebhookState {
+        state().with_limits(&Limits {
+            body_budget: bytes,
+            ..Limits::default()
+        })
+    }
+
+    /// A request announcing `length` bytes and sending none of them.
+    fn withheld(length: usize) -> Request {
+        let never = futures::stream::pending::<Result<Bytes, std::io::Error>>();
+        Request::post("/mutate")
+            .header(header::CONTENT_LENGTH, length)
+            .body(Body::from_stream(never))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_review_of_another_kind_is_400() {
+        let mut review: Value = serde_json::from_slice(&pod_review("team")).unwrap();
+        review["kind"] = Value::from("NotAReview");
+        let state = state();
+        let (status, body) = post(state.clone(), serde_json::to_vec(&review).unwrap()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(
+            body.starts_with("body is not an admission.k8s.io/v1 AdmissionReview"),
+            "{body}"
+        );
+        let metrics = state.metrics().encode().unwrap();
+        assert!(
+            metrics
+                .contains(r#"cheiron_admission_invalid_requests_total{reason="not_a_review"} 1"#),
+            "{metrics}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_announced_body_over_the_budget_is_503_before_a_byte_is_read() {
+        let state = with_budget(1024 * 1024);
+        let response = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            router(state.clone()).oneshot(withheld(2 * 1024 * 1024)),
+        )
+        .await
+        .expect("the server waited for the body")
+        .unwrap();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+        let metrics = state.metrics().encode().unwrap();
+        assert!(
+            metrics.contains(r#"cheiron_admission_invalid_requests_total{reason="over_budget"} 1"#),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("cheiron_body_budget_used_bytes 0"),
+            "{metrics}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_streamed_body_is_refused_when_growing_it_would_pass_the_budget() {
+        let state = with_budget(1024 * 1024);
+        let chunks = futures::stream::iter(
+            (0..8).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b' '; 256 * 1024]))),
+        );
+        let (status, body) = post(state, Body::from_stream(chunks)).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body, "too many request bodies in flight; retry in 1 s\n");
+    }
+
+    #[tokio::test]
+    async fn small_reviews_are_answered_while_large_bodies_hold_the_budget() {
+        const MIB: usize = 1024 * 1024;
+        let state = with_budget(8 * MIB);
+        // Withheld bodies take all the budget large bodies may have (7 of 8 MiB)...
+        let holding: Vec<_> = [3 * MIB, 3 * MIB, MIB]
+            .into_iter()
+            .map(|length| tokio::spawn(router(state.clone()).oneshot(withheld(length))))
+            .collect();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let metrics = state.metrics().encode().unwrap();
+        assert!(
+            metrics.contains(&format!("cheiron_body_budget_used_bytes {}", 7 * MIB)),
+            "{metrics}"
+        );
+        // ...so a third is refused, and a review still fits in the part kept for small ones.
+        let another = router(state.clone()).oneshot(withheld(MIB));
+        assert_eq!(
+            another.await.unwrap().status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        let (status, _) = post(state.clone(), pod_review("team")).await;
+        assert_eq!(status, StatusCode::OK);
+        for task in holding {
+            task.abort();
+        }
+    }
+
+    /// A source whose live lookups find nothing, counting them.
+    #[derive(Default)]
+    struct Missing {
+        view: StaticView,
+        lookups: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Source for Missing {
+        fn view(&self) -> &dyn View {
+            &self.view
+        }
+
+        fn lookup_namespace<'a>(
+            &'a self,
+            _name: &'a str,
+        ) -> futures::future::BoxFuture<'a, NamespaceLookup> {
+            self.lookups
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(std::future::ready(NamespaceLookup::Unknown))
+        }
+    }
+
+    impl Readiness for Missing {
+        fn is_ready(&self) -> bool {
+            true
+        }
+    }
+
+    async fn review_warning(state: &WebhookState, namespace: &str) -> String {
+        let (status, body) = post(state.clone(), pod_review(namespace)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["response"]["allowed"], true);
+        assert!(body["response"].get("patch").is_none(), "{body}");
+        body["response"]["warnings"][0].as_str().unwrap().to_owned()
+    }
+
+    #[tokio::test]
+    async fn a_namespace_that_is_not_a_name_is_never_looked_up() {
+        let source = Arc::new(Missing::default());
+        let state = WebhookState::new(source.clone(), Arc::new(Metrics::new()));
+        for namespace in ["kube-system/secrets/db-password", "team?watch=true", "Team"] {
+            let warning = review_warning(&state, namespace).await;
+            assert_eq!(
+                warning,
+                "cheiron: request.namespace is not a valid namespace name; admitted unchanged"
+            );
+        }
+        assert_eq!(source.lookups.load(std::sync::atomic::Ordering::SeqCst), 0);
+        let metrics = state.metrics().encode().unwrap();
+        assert!(
+            metrics.contains(r#"cheiron_admission_requests_total{resource="pods",operation="CREATE",outcome="namespace_invalid"} 3"#),
+            "{metrics}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_namespace_is_looked_up_once_and_misses_are_rate_limited() {
+        let source = Arc::new(Missing::default());
+        let state =
+            WebhookState::new(source.clone(), Arc::new(Metrics::new())).with_limits(&Limits {
+                namespace_lookups: crate::source::LookupLimits {
+                    rate_per_second: 1,
+                    burst: 2,
+                    ..crate::source::LookupLimits::default()
+                },
+                ..Limits::default()
+            });
+        let lookups = || source.lookups.load(std::sync::atomic::Ordering::SeqCst);
+        for _ in 0..3 {
+            let warning = review_warning(&state, "gone").await;
+            assert!(warning.contains("could not be looked up"), "{warning}");
+        }
+        assert_eq!(lookups(), 1, "the miss was not remembered");
+        review_warning(&state, "gone-too").await;
+        let warning = review_warning(&state, "gone-three").await;
+        assert!(
+            warning.contains("too many namespaces were looked up lately"),
+            "{warning}"
+        );
+        assert_eq!(lookups(), 2);
+        let metrics = state.metrics().encode().unwrap();
+        assert!(
+            metrics.contains(r#"outcome="namespace_rate_limited"} 1"#),
+            "{metrics}"
+        );
     }
 
     #[test]

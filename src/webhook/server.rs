@@ -6,10 +6,7 @@ use std::{io, net::SocketAddr, sync::Arc, time::Duration};
 use axum::Router;
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
-    server::{
-        conn::auto,
-        graceful::{GracefulShutdown, Watcher},
-    },
+    server::conn::auto,
     service::TowerToHyperService,
 };
 use tokio::{
@@ -20,10 +17,21 @@ use tokio::{
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use super::{WebhookError, WebhookState, router};
+use super::{
+    WebhookError, WebhookState,
+    connection::{
+        Activity, Closed, ConnectionLimiter, ConnectionPermit, Refusal, Timers, Tracked, Watched,
+        drive,
+    },
+    limits::{
+        HTTP1_MAX_BUF_BYTES, HTTP2_CONNECTION_WINDOW_BYTES, HTTP2_MAX_HEADER_LIST_BYTES,
+        HTTP2_STREAM_WINDOW_BYTES, Limits,
+    },
+    router,
+};
 use crate::admin::admin_router;
 use crate::{
-    metrics::Metrics,
+    metrics::{ConnectionMetrics, Metrics},
     source::Source,
     tls::{self, CertResolver},
 };
@@ -34,12 +42,9 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest connections may take to finish after serving stops; then they are closed.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Longest an HTTP/1 connection waits for the next request's headers. It bounds slow and
-/// idle clients, and is longer than the 90 s after which Go clients (the API server) drop
-/// idle connections themselves, so the server never closes a connection a POST is racing to.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(100);
-
-/// HTTP/2 pings: how often, and how long to wait for the answer before closing.
+/// HTTP/2 pings: how often, and how long to wait for the answer before closing. They find
+/// peers that went away without closing; the idle timeout ends connections that answer them
+/// but send nothing else.
 const HTTP2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const HTTP2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -79,39 +84,86 @@ impl Timing {
     }
 }
 
+/// How [`serve`] is tuned: the shutdown sequence and the limits on clients. A [`Timing`]
+/// alone means the default [`Limits`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Tuning {
+    /// The durations of the shutdown sequence, and the TLS handshake timeout.
+    pub timing: Timing,
+    /// What clients can hold.
+    pub limits: Limits,
+}
+
+impl From<Timing> for Tuning {
+    fn from(timing: Timing) -> Self {
+        Self {
+            timing,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// The `listener` label of the connection metrics.
+const WEBHOOK: &str = "webhook";
+const ADMIN: &str = "admin";
+
 /// Serves `POST /mutate` over HTTPS on `listeners.webhook` and the admin endpoints over plain
 /// HTTP on `listeners.admin`, until `shutdown` is cancelled and the sequence of [`Timing`]
 /// has run: `/readyz` fails at once, serving goes on for `shutdown_delay`, then the listeners
 /// close and connections drain (HTTP/1 finishes its request and closes, HTTP/2 gets GOAWAY),
 /// at most for `drain_timeout`.
+///
+/// Connections over a listener's cap are accepted and closed at once (see [`Limits`]).
 pub async fn serve(
     listeners: Listeners,
     certificate: Arc<CertResolver>,
     source: Arc<dyn Source>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
-    timing: Timing,
+    tuning: impl Into<Tuning>,
 ) -> Result<(), WebhookError> {
+    let Tuning { timing, limits } = tuning.into();
     let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(Arc::clone(&certificate))?));
     metrics.certificate_expiry.set(certificate.not_after());
-    let state = WebhookState::new(source, metrics)
+    let state = WebhookState::new(source, Arc::clone(&metrics))
+        .with_limits(&limits)
         .with_shutdown(shutdown.clone())
         .with_certificate(certificate);
-    let protocols = Arc::new(Protocols::new());
+    let protocols = Arc::new(Protocols::new(&limits));
+    let timers = Timers {
+        preface: limits.http2_preface_timeout,
+        idle: limits.http2_idle_timeout,
+        max_age: (!limits.max_connection_age.is_zero()).then_some(limits.max_connection_age),
+        close_grace: timing.drain_timeout,
+    };
     let webhook = Endpoint {
         service: TowerToHyperService::new(router(state.clone())),
         tls: Some(acceptor),
         protocols: Arc::clone(&protocols),
         handshake_timeout: timing.handshake_timeout,
+        timers,
+        metrics: Arc::clone(&metrics),
     };
     let admin = Endpoint {
         service: TowerToHyperService::new(admin_router(state.admin())),
         tls: None,
         protocols,
         handshake_timeout: timing.handshake_timeout,
+        timers,
+        metrics: Arc::clone(&metrics),
     };
+    let connection_metrics = &metrics.connections;
+    let webhook_slots = ConnectionLimiter::new(
+        limits.max_connections,
+        limits.max_connections_per_peer,
+        connection_metrics.open(WEBHOOK),
+    );
+    let admin_slots = ConnectionLimiter::new(
+        limits.max_admin_connections,
+        limits.max_admin_connections,
+        connection_metrics.open(ADMIN),
+    );
 
-    let graceful = GracefulShutdown::new();
     let draining = CancellationToken::new();
     let mut connections = JoinSet::new();
     let stop = serve_on_after_shutdown(shutdown, timing.shutdown_delay);
@@ -120,15 +172,21 @@ pub async fn serve(
         tokio::select! {
             () = &mut stop => break,
             accepted = listeners.webhook.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    connections.spawn(webhook.clone().serve(stream, peer, graceful.watcher(), draining.clone()));
-                }
+                Ok((stream, peer)) => match webhook_slots.try_admit(peer.ip()) {
+                    Ok(slot) => {
+                        connections.spawn(webhook.clone().serve(stream, peer, slot, draining.clone()));
+                    }
+                    Err(refusal) => refuse(stream, peer, WEBHOOK, refusal, connection_metrics),
+                },
                 Err(error) => pause_after_accept_error(error).await,
             },
             accepted = listeners.admin.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    connections.spawn(admin.clone().serve(stream, peer, graceful.watcher(), draining.clone()));
-                }
+                Ok((stream, peer)) => match admin_slots.try_admit(peer.ip()) {
+                    Ok(slot) => {
+                        connections.spawn(admin.clone().serve(stream, peer, slot, draining.clone()));
+                    }
+                    Err(refusal) => refuse(stream, peer, ADMIN, refusal, connection_metrics),
+                },
                 Err(error) => pause_after_accept_error(error).await,
             },
             Some(finished) = connections.join_next(), if !connections.is_empty() => {
@@ -142,18 +200,37 @@ pub async fn serve(
     drop(listeners);
     draining.cancel();
     tracing::info!(
-        connections = graceful.count(),
+        connections = connections.len(),
         "listeners closed; draining connections"
     );
-    if tokio::time::timeout(timing.drain_timeout, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    let drained = tokio::time::timeout(timing.drain_timeout, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
         tracing::warn!(timeout = ?timing.drain_timeout, "connections still open after the drain timeout; closing them");
     }
     connections.shutdown().await;
     tracing::info!("webhook stopped");
     Ok(())
+}
+
+/// Closes a connection over the cap at once, with a reset rather than a FIN, so that
+/// neither side keeps the socket in TIME_WAIT. Accepting and closing, rather than leaving
+/// connections in the kernel's backlog, tells a refused client at once (instead of after
+/// its own timeout) and keeps the backlog free for when slots come back.
+fn refuse(
+    stream: TcpStream,
+    peer: SocketAddr,
+    listener: &'static str,
+    refusal: Refusal,
+    metrics: &ConnectionMetrics,
+) {
+    metrics.record_refused(listener, refusal.as_str());
+    tracing::debug!(%peer, listener, reason = refusal.as_str(), "connection refused");
+    if let Err(error) = stream.set_zero_linger() {
+        tracing::debug!(%peer, %error, "cannot set SO_LINGER");
+    }
 }
 
 /// Completes `delay` after `shutdown` is cancelled. Until then the routers keep answering,
@@ -179,17 +256,22 @@ struct Protocols {
 }
 
 impl Protocols {
-    fn new() -> Self {
+    fn new(limits: &Limits) -> Self {
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
             .http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(HEADER_READ_TIMEOUT);
+            .header_read_timeout(limits.http1_header_timeout)
+            .max_buf_size(HTTP1_MAX_BUF_BYTES);
         builder
             .http2()
             .timer(TokioTimer::new())
             .keep_alive_interval(HTTP2_KEEP_ALIVE_INTERVAL)
-            .keep_alive_timeout(HTTP2_KEEP_ALIVE_TIMEOUT);
+            .keep_alive_timeout(HTTP2_KEEP_ALIVE_TIMEOUT)
+            .max_concurrent_streams(limits.http2_max_streams)
+            .max_header_list_size(HTTP2_MAX_HEADER_LIST_BYTES)
+            .initial_stream_window_size(HTTP2_STREAM_WINDOW_BYTES)
+            .initial_connection_window_size(HTTP2_CONNECTION_WINDOW_BYTES);
         Self {
             http1: builder.clone().http1_only(),
             http2: builder.http2_only(),
@@ -204,16 +286,19 @@ struct Endpoint {
     tls: Option<TlsAcceptor>,
     protocols: Arc<Protocols>,
     handshake_timeout: Duration,
+    timers: Timers,
+    metrics: Arc<Metrics>,
 }
 
 impl Endpoint {
-    /// Serves one accepted connection to its end. `watcher` signals graceful shutdown;
-    /// a handshake still running when draining begins is abandoned.
+    /// Serves one accepted connection to its end, holding its slot until then. Once
+    /// `draining` is cancelled a handshake in progress is abandoned, and a connection
+    /// serving is closed gracefully.
     async fn serve(
         self,
         stream: TcpStream,
         peer: SocketAddr,
-        watcher: Watcher,
+        _slot: ConnectionPermit,
         draining: CancellationToken,
     ) {
         // Responses are small and latency matters more than packet count.
@@ -221,7 +306,7 @@ impl Endpoint {
             tracing::debug!(%peer, %error, "cannot set TCP_NODELAY");
         }
         let Some(acceptor) = &self.tls else {
-            return self.serve_http(stream, false, peer, watcher).await;
+            return self.serve_http(stream, false, peer, &draining).await;
         };
         let handshake = tokio::select! {
             () = draining.cancelled() => return,
@@ -235,15 +320,23 @@ impl Endpoint {
             }
             Err(_) => {
                 tracing::debug!(%peer, "TLS handshake timed out");
+                self.metrics
+                    .connections
+                    .record_closed(Closed::HandshakeTimeout.as_str());
                 return;
             }
         };
         let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
-        self.serve_http(stream, http2, peer, watcher).await;
+        self.serve_http(stream, http2, peer, &draining).await;
     }
 
-    async fn serve_http<I>(&self, io: I, http2: bool, peer: SocketAddr, watcher: Watcher)
-    where
+    async fn serve_http<I>(
+        &self,
+        io: I,
+        http2: bool,
+        peer: SocketAddr,
+        draining: &CancellationToken,
+    ) where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let builder = if http2 {
@@ -251,8 +344,20 @@ impl Endpoint {
         } else {
             &self.protocols.http1
         };
-        let connection = builder.serve_connection(TokioIo::new(io), self.service.clone());
-        if let Err(error) = watcher.watch(connection).await {
+        let activity = Activity::new();
+        let io = TokioIo::new(Watched::new(io, Arc::clone(&activity)));
+        let service = Tracked::new(self.service.clone(), Arc::clone(&activity));
+        let connection = builder.serve_connection(io, service);
+        let metrics = &self.metrics.connections;
+        if let Err(error) =
+            drive(connection, http2, &activity, self.timers, draining, metrics).await
+        {
+            if error
+                .downcast_ref::<hyper::Error>()
+                .is_some_and(hyper::Error::is_timeout)
+            {
+                metrics.record_closed(Closed::HeaderTimeout.as_str());
+            }
             tracing::debug!(%peer, %error, "connection closed with an error");
         }
     }
