@@ -32,9 +32,12 @@ pub mod annotation {
     pub const RECONCILED: &str = "cheiron.anny.co/reconciled";
     /// The sorted, comma-separated names of the pull secrets cheiron added.
     pub const RECONCILE_WITH: &str = "cheiron.anny.co/reconcile-with";
+    /// On every Secret cheiron writes: the SHA-256 (hex) of its `.dockerconfigjson`, so that
+    /// the controller can tell a copy is current from its metadata alone.
+    pub const CONTENT_HASH: &str = "cheiron.anny.co/content-sha256";
     /// `"true"` on a manager being deleted: drop the cleanup finalizer even if some
     /// ServiceAccount cannot be cleaned (e.g. another admission webhook rejects the patch).
-    /// The entries cheiron could not remove stay; its Secrets still go with the manager.
+    /// The entries cheiron could not remove stay; its Secrets are deleted all the same.
     pub const ABANDON_CLEANUP: &str = "cheiron.anny.co/abandon-cleanup";
 }
 

@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference, ServiceAccount};
 use kube::{
     Client, Resource,
     core::PartialObjectMeta,
@@ -19,7 +19,9 @@ use kube::{
     },
 };
 
-use super::{kinds::ManagerRef, source_watches::SourceWatches, triggers::Triggers};
+use super::{
+    kinds::ManagerRef, plan::SecretMeta, source_watches::SourceWatches, triggers::Triggers,
+};
 use crate::{
     api::{ClusterImagePullSecretManager, ImagePullSecretManager},
     metrics::Metrics,
@@ -32,7 +34,7 @@ pub struct Context {
     pub(super) namespaced: Store<ImagePullSecretManager>,
     pub(super) cluster: Store<ClusterImagePullSecretManager>,
     pub(super) namespaces: Store<PartialObjectMeta<Namespace>>,
-    pub(super) secrets: Store<Secret>,
+    pub(super) secrets: Store<SecretMeta>,
     pub(super) service_accounts: Store<ServiceAccount>,
     pub(super) recorder: Recorder,
     pub(super) metrics: Arc<Metrics>,
@@ -48,7 +50,7 @@ pub(super) struct Caches {
     pub namespaced: Store<ImagePullSecretManager>,
     pub cluster: Store<ClusterImagePullSecretManager>,
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
-    pub secrets: Store<Secret>,
+    pub secrets: Store<SecretMeta>,
     pub service_accounts: Store<ServiceAccount>,
 }
 

@@ -2,6 +2,10 @@
 //! are targets, which Secret names it wins (the oldest claimant wins), what to create, update
 //! or delete. Only Secrets carrying cheiron's managed-by label are ever updated or deleted;
 //! a name taken by anything else is discovered when the create fails.
+//!
+//! The plan reads cheiron's Secrets as metadata only (the cache holds no Secret data): a copy
+//! is current when its content-hash annotation matches what is wanted and no one but cheiron
+//! has written its data since (the apiserver's `managedFields` say who owns `data`).
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -11,15 +15,16 @@ use std::{
 use k8s_openapi::{
     ByteString,
     api::core::v1::Secret,
-    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
+    apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, OwnerReference},
 };
+use kube::core::PartialObjectMeta;
 
 use super::{
     desired::DesiredSecret,
     dockerconfig::{DOCKER_CONFIG_JSON, DOCKER_CONFIG_JSON_KEY},
 };
 use crate::{
-    api::{GROUP, label},
+    api::{GROUP, annotation, label},
     policy::{Manager, ManagerId, ManagerKind, NamespaceMeta, namespace_opted_out},
 };
 
@@ -42,9 +47,58 @@ pub fn owner_labels(manager: &ManagerId) -> BTreeMap<String, String> {
     labels
 }
 
+/// The field manager of every write cheiron makes.
+pub const FIELD_MANAGER: &str = "cheiron";
+
+/// What the cache keeps of a Secret cheiron manages: its metadata, without data.
+pub type SecretMeta = PartialObjectMeta<Secret>;
+
+/// The hex SHA-256 of `content`, as the content-hash annotation holds it.
+pub fn content_hash(content: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, content)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Reduces a Secret's `managedFields` to what the plan reads: which field managers own its
+/// `data` (each kept entry names one, without its field set). Everything else is dropped, so
+/// the cache stays small.
+pub fn keep_data_owners(meta: &mut ObjectMeta) {
+    let owners: Vec<ManagedFieldsEntry> = meta
+        .managed_fields
+        .take()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|entry| {
+            entry
+                .fields_v1
+                .as_ref()
+                .and_then(|f| f.0.get("f:data"))
+                .is_some()
+        })
+        .map(|entry| ManagedFieldsEntry {
+            manager: entry.manager,
+            operation: entry.operation,
+            ..ManagedFieldsEntry::default()
+        })
+        .collect();
+    meta.managed_fields = Some(owners);
+}
+
+/// True when someone other than cheiron has written the data of the Secret whose metadata
+/// this is (after [`keep_data_owners`]). Without `managedFields` nothing can be told: false.
+fn data_written_by_others(meta: &ObjectMeta) -> bool {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .any(|entry| entry.manager.as_deref() != Some(FIELD_MANAGER))
+}
+
 /// The manager a cheiron Secret's labels name, if they name one.
-pub fn labelled_owner(secret: &Secret) -> Option<ManagerId> {
-    let labels = secret.metadata.labels.as_ref()?;
+pub fn labelled_owner(meta: &ObjectMeta) -> Option<ManagerId> {
+    let labels = meta.labels.as_ref()?;
     if labels.get(label::MANAGED_BY).map(String::as_str) != Some(label::MANAGED_BY_VALUE) {
         return None;
     }
@@ -63,8 +117,8 @@ pub fn labelled_owner(secret: &Secret) -> Option<ManagerId> {
 /// True when `secret` is one the controller wrote: cheiron's managed-by label AND the labels
 /// naming a manager. Other Secrets with the managed-by label (cheiron-certs' TLS Secrets) are
 /// as foreign to the controller as a user's: never updated, never deleted.
-pub fn is_managed(secret: &Secret) -> bool {
-    labelled_owner(secret).is_some()
+pub fn is_managed(meta: &ObjectMeta) -> bool {
+    labelled_owner(meta).is_some()
 }
 
 /// A Secret of this manager that must go.
@@ -139,6 +193,10 @@ pub fn secret(
             name: Some(name.to_owned()),
             namespace: Some(namespace.to_owned()),
             labels: Some(owner_labels(manager)),
+            annotations: Some(BTreeMap::from([(
+                annotation::CONTENT_HASH.to_owned(),
+                content_hash(content),
+            )])),
             owner_references: Some(vec![owner.clone()]),
             ..ObjectMeta::default()
         },
@@ -155,26 +213,25 @@ fn is_cheiron_owner(reference: &OwnerReference) -> bool {
     reference.api_version.starts_with(&format!("{GROUP}/"))
 }
 
-/// True when `current` already is what `manager` wants.
+/// True when the Secret whose metadata is `current` already is what `manager` wants.
 fn up_to_date(
-    current: &Secret,
+    current: &ObjectMeta,
     content: &[u8],
     manager: &ManagerId,
     owner: &OwnerReference,
 ) -> bool {
-    let data_ok = current.type_.as_deref() == Some(DOCKER_CONFIG_JSON)
-        && current.data.as_ref().is_some_and(|d| {
-            d.len() == 1
-                && d.get(DOCKER_CONFIG_JSON_KEY)
-                    .is_some_and(|v| v.0 == content)
-        });
-    let labels = current.metadata.labels.clone().unwrap_or_default();
+    let data_ok = current
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(annotation::CONTENT_HASH))
+        .is_some_and(|hash| *hash == content_hash(content))
+        && !data_written_by_others(current);
+    let labels = current.labels.clone().unwrap_or_default();
     let labels_ok = owner_labels(manager)
         .iter()
         .all(|(k, v)| labels.get(k) == Some(v))
         && (manager.namespace.is_some() || !labels.contains_key(label::MANAGER_NAMESPACE));
     let owners: Vec<&OwnerReference> = current
-        .metadata
         .owner_references
         .iter()
         .flatten()
@@ -183,19 +240,28 @@ fn up_to_date(
     data_ok && labels_ok && owners.len() == 1 && owners[0].uid == owner.uid
 }
 
-/// `current` changed into what `manager` wants, keeping whatever else others put on it.
+/// The Secret whose metadata is `current` changed into what `manager` wants, keeping the
+/// labels, annotations and owners others put on it. Replaced under `current`'s
+/// `resourceVersion`, so a concurrent change makes the write fail instead of being lost.
 fn updated(
-    current: &Secret,
+    current: &ObjectMeta,
     content: &[u8],
     manager: &ManagerId,
     owner: &OwnerReference,
 ) -> Secret {
-    let mut next = current.clone();
-    next.data = Some(BTreeMap::from([(
-        DOCKER_CONFIG_JSON_KEY.to_owned(),
-        ByteString(content.to_vec()),
-    )]));
-    next.string_data = None;
+    let mut next = Secret {
+        metadata: current.clone(),
+        type_: Some(DOCKER_CONFIG_JSON.to_owned()),
+        data: Some(BTreeMap::from([(
+            DOCKER_CONFIG_JSON_KEY.to_owned(),
+            ByteString(content.to_vec()),
+        )])),
+        ..Secret::default()
+    };
+    next.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(annotation::CONTENT_HASH.to_owned(), content_hash(content));
     let labels = next.metadata.labels.get_or_insert_with(BTreeMap::new);
     labels.remove(label::MANAGER_NAMESPACE);
     labels.extend(owner_labels(manager));
@@ -230,30 +296,23 @@ fn winner<'a>(
 ///
 /// - `namespaces`: every live (not terminating) namespace;
 /// - `claimants`: every live manager, this one included, oldest first;
-/// - `existing`: every Secret carrying cheiron's managed-by label.
+/// - `existing`: the metadata of every Secret carrying cheiron's labels.
 pub fn plan(
     manager: &Manager,
     owner: &OwnerReference,
     desired: &[DesiredSecret],
     namespaces: &[NamespaceMeta],
     claimants: &[Manager],
-    existing: &[Arc<Secret>],
+    existing: &[Arc<SecretMeta>],
 ) -> Plan {
     let me = &manager.id;
     let targets = targets(manager, namespaces);
     let target_set: HashSet<&str> = targets.iter().map(String::as_str).collect();
-    let by_key: HashMap<(&str, &str), &Arc<Secret>> = existing
+    let by_key: HashMap<(&str, &str), &ObjectMeta> = existing
         .iter()
+        .map(|s| &s.metadata)
         .filter(|s| is_managed(s))
-        .filter_map(|s| {
-            Some((
-                (
-                    s.metadata.namespace.as_deref()?,
-                    s.metadata.name.as_deref()?,
-                ),
-                s,
-            ))
-        })
+        .filter_map(|s| Some(((s.namespace.as_deref()?, s.name.as_deref()?), s)))
         .collect();
     let mut out = Plan::default();
     for namespace in namespaces
@@ -299,12 +358,11 @@ pub fn plan(
         }
     }
     let wanted_names: HashSet<&str> = desired.iter().map(|d| d.name.as_str()).collect();
-    for s in existing {
+    for s in existing.iter().map(|s| &s.metadata) {
         if labelled_owner(s).as_ref() != Some(me) {
             continue;
         }
-        let (Some(ns), Some(name)) = (s.metadata.namespace.as_deref(), s.metadata.name.as_deref())
-        else {
+        let (Some(ns), Some(name)) = (s.namespace.as_deref(), s.name.as_deref()) else {
             continue;
         };
         let namespace_left = !target_set.contains(ns);
@@ -312,8 +370,8 @@ pub fn plan(
             out.deletes.push(Stale {
                 namespace: ns.to_owned(),
                 name: name.to_owned(),
-                uid: s.metadata.uid.clone(),
-                resource_version: s.metadata.resource_version.clone(),
+                uid: s.uid.clone(),
+                resource_version: s.resource_version.clone(),
                 namespace_left,
             });
         }

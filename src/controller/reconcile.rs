@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::{api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
     ResourceExt,
     api::{Patch, PatchParams},
@@ -25,9 +25,10 @@ use super::{
     desired::{self, SourceKey, source_key},
     error::{ControllerError, Issue, IssueKind},
     kinds::{ManagerObject, ManagerRef},
+    plan::FIELD_MANAGER,
     plan::{self, Stale, labelled_owner},
     status::{self, Findings, reason},
-    write::{FIELD_MANAGER, backfill, fetch_sources, prune, remove, write_secrets},
+    write::{backfill, delete_secret, fetch_sources, prune, remove, write_secrets},
 };
 use crate::{
     api::{FINALIZER, annotation},
@@ -272,11 +273,11 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
         .into_iter()
         .filter(|m| m.id != id)
         .collect();
-    let mine: Vec<Arc<Secret>> = ctx
+    let mine: Vec<Arc<plan::SecretMeta>> = ctx
         .secrets
         .state()
         .into_iter()
-        .filter(|s| labelled_owner(s).as_ref() == Some(&id))
+        .filter(|s| labelled_owner(&s.metadata).as_ref() == Some(&id))
         .collect();
     let names: Vec<String> = match manager.compile() {
         Ok(m) => m.secret_names().to_vec(),
@@ -327,7 +328,7 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
             reason: "CleanupAbandoned".to_owned(),
             note: Some(format!(
                 "{} annotated: the finalizer is removed although {} cleanup step(s) failed, \
-                 first {issue}; entries cheiron added there stay",
+                 first {issue}; the entries cheiron added there stay, its Secrets are deleted",
                 annotation::ABANDON_CLEANUP,
                 failures.len()
             )),
@@ -336,6 +337,16 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
         };
         ctx.publish(&event, &manager.object_ref(&())).await;
         tracing::warn!(manager = %id, failed = failures.len(), "cleanup abandoned on request");
+        // The Secrets kept while their namespace's ServiceAccounts could not be cleaned go
+        // now (a reference to a missing Secret is harmless); garbage collection is the backstop.
+        for s in stale
+            .iter()
+            .filter(|s| failures.iter().any(|f| f.namespace == s.namespace))
+        {
+            if let Err(issue) = delete_secret(ctx, s).await {
+                tracing::warn!(manager = %id, %issue, "could not delete a Secret of an abandoned cleanup");
+            }
+        }
     }
     ctx.sources.set(&id, []);
     tracing::info!(manager = %id, secrets = stale.len(), "cleaned up after a deleted manager");

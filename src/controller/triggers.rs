@@ -4,7 +4,7 @@
 //! Secrets have their own watches (see [`super::source_watches`]).
 
 use futures::{channel::mpsc, future};
-use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::{
     Api, Client, ResourceExt,
     core::PartialObjectMeta,
@@ -14,7 +14,10 @@ use kube::{
     },
 };
 
-use super::{kinds::ManagerRef, plan::labelled_owner};
+use super::{
+    kinds::ManagerRef,
+    plan::{SecretMeta, keep_data_owners, labelled_owner},
+};
 use crate::{
     api::{ClusterImagePullSecretManager, ImagePullSecretManager, Mode, label},
     policy::{Manager, NamespaceMeta},
@@ -112,7 +115,7 @@ impl Triggers {
 /// The writers of the caches that the routed watches fill.
 pub(super) struct Writers {
     pub namespaces: Writer<PartialObjectMeta<Namespace>>,
-    pub secrets: Writer<Secret>,
+    pub secrets: Writer<SecretMeta>,
     pub service_accounts: Writer<ServiceAccount>,
 }
 
@@ -151,12 +154,18 @@ pub(super) async fn route(client: Client, writers: Writers, routing: Routing) {
             },
         ),
         watch::reflect(
-            Api::<Secret>::all(client.clone()),
-            watcher::Config::default().labels(&label::managed_by_selector()),
+            Api::<SecretMeta>::all(client.clone()),
+            // Metadata only, and only Secrets whose labels name a manager: what tenants label
+            // costs a few hundred bytes each, never a copy of their data.
+            watcher::Config::default().labels(&format!(
+                "{},{}",
+                label::managed_by_selector(),
+                label::MANAGER_KIND
+            )),
             secrets,
-            watch::keep_all,
+            |s: &mut SecretMeta| keep_data_owners(&mut s.metadata),
             move |event| {
-                if let Some(owner) = changed(event).and_then(labelled_owner) {
+                if let Some(owner) = changed(event).and_then(|s| labelled_owner(&s.metadata)) {
                     r2.triggers.send(ManagerRef::from(&owner));
                 }
             },

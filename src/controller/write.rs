@@ -20,7 +20,7 @@ use super::{
     context::Context,
     desired::{Fetched, SourceKey},
     error::{ControllerError, Issue, IssueKind},
-    plan::{self, Stale, is_managed},
+    plan::{self, FIELD_MANAGER, Stale, is_managed},
     serviceaccount,
 };
 use crate::{
@@ -28,8 +28,6 @@ use crate::{
     policy::{Manager, ManagerId, NamespaceMeta},
 };
 
-/// Field manager of every write.
-pub(super) const FIELD_MANAGER: &str = "cheiron";
 /// Writes in flight at once within one reconcile.
 const WRITE_CONCURRENCY: usize = 16;
 /// Attempts at a ServiceAccount patch that loses a race with another writer.
@@ -91,8 +89,9 @@ pub(super) async fn write_secrets(
             };
             // A name known to be held by someone else is read, not written again.
             if create && ctx.is_known_clash(&namespace, &name) {
-                match api.get_opt(&name).await {
-                    Ok(Some(existing)) if !is_managed(&existing) => {
+                // Metadata only: the data of a Secret cheiron does not manage is not its to read.
+                match api.get_metadata_opt(&name).await {
+                    Ok(Some(existing)) if !is_managed(&existing.metadata) => {
                         return Outcome::Unmanaged(namespace, name);
                     }
                     Ok(_) => ctx.forget_clash(&namespace, &name),
@@ -111,8 +110,8 @@ pub(super) async fn write_secrets(
             };
             match result {
                 Ok(_) => Outcome::Written,
-                Err(e) if create && is_status(&e, 409) => match api.get_opt(&name).await {
-                    Ok(Some(existing)) if !is_managed(&existing) => {
+                Err(e) if create && is_status(&e, 409) => match api.get_metadata_opt(&name).await {
+                    Ok(Some(existing)) if !is_managed(&existing.metadata) => {
                         Outcome::Unmanaged(namespace, name)
                     }
                     // Ours after all (the cache lagged): the next reconcile compares it.
@@ -320,7 +319,7 @@ pub(super) async fn prune(
     issues
 }
 
-async fn delete_secret(ctx: &Context, stale: &Stale) -> Result<(), Issue> {
+pub(super) async fn delete_secret(ctx: &Context, stale: &Stale) -> Result<(), Issue> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &stale.namespace);
     let params = DeleteParams {
         preconditions: Some(Preconditions {

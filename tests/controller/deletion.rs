@@ -317,7 +317,7 @@ async fn cleanup_that_keeps_failing_waits_with_an_event_until_annotated_to_aband
     .await?;
     s.until_event("default", uid.as_deref(), "CleanupAbandoned", &manager)
         .await?;
-    // What could not be removed stays; the Secret goes with its owner (garbage collection).
+    // The entry cheiron could not remove stays; its Secret goes all the same.
     let sa = s.service_account(&ns, "default").await?;
     assert!(
         sa.image_pull_secrets

@@ -1,5 +1,6 @@
 use super::*;
 use crate::api::{ClusterImagePullSecretManager, ImagePullSecretManager};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -26,6 +27,15 @@ fn want(name: &str, content: Option<&[u8]>) -> DesiredSecret {
         content: content.map(<[u8]>::to_vec),
         source: None,
     }
+}
+
+/// What the Secret cache keeps of `secret`: its metadata.
+fn as_meta(secret: Secret) -> Arc<SecretMeta> {
+    Arc::new(SecretMeta {
+        types: None,
+        metadata: secret.metadata,
+        _phantom: std::marker::PhantomData,
+    })
 }
 
 fn ns(names: &[&str]) -> Vec<NamespaceMeta> {
@@ -92,7 +102,7 @@ fn creates_the_secret_in_every_target_namespace_with_labels_and_owner() -> TestR
 #[test]
 fn up_to_date_copies_are_not_written_again() -> TestResult {
     let m = cluster("a", "2026-01-01T00:00:00Z", "")?;
-    let current = Arc::new(secret("one", "pull", b"v1", &m.id, &owner("u1")));
+    let current = as_meta(secret("one", "pull", b"v1", &m.id, &owner("u1")));
     let p = plan(
         &m,
         &owner("u1"),
@@ -122,7 +132,7 @@ fn rotated_content_updates_the_copy_and_keeps_what_others_added() -> TestResult 
         &[want("pull", Some(b"v2"))],
         &ns(&["one"]),
         std::slice::from_ref(&m),
-        &[Arc::new(current)],
+        &[as_meta(current)],
     );
     assert_eq!(p.updates.len(), 1);
     let u = &p.updates[0];
@@ -154,7 +164,7 @@ fn the_older_manager_wins_a_contested_name_and_takes_over_its_copy() -> TestResu
     let older = cluster("older", "2026-01-01T00:00:00Z", "")?;
     let younger = cluster("younger", "2026-06-01T00:00:00Z", "")?;
     let claimants = [older.clone(), younger.clone()];
-    let copy_of_younger = Arc::new(secret("one", "pull", b"y", &younger.id, &owner("u2")));
+    let copy_of_younger = as_meta(secret("one", "pull", b"y", &younger.id, &owner("u2")));
     let p = plan(
         &younger,
         &owner("u2"),
@@ -219,7 +229,7 @@ fn creation_time_decides_not_the_name() -> TestResult {
 #[test]
 fn source_problems_hold_copies_as_they_are() -> TestResult {
     let m = cluster("a", "2026-01-01T00:00:00Z", "")?;
-    let current = Arc::new(secret("one", "pull", b"v1", &m.id, &owner("u1")));
+    let current = as_meta(secret("one", "pull", b"v1", &m.id, &owner("u1")));
     let p = plan(
         &m,
         &owner("u1"),
@@ -238,10 +248,10 @@ fn copies_in_namespaces_that_left_scope_and_of_removed_entries_are_deleted() -> 
     let m = cluster("a", "2026-01-01T00:00:00Z", "  excludeNamespaces: [left]\n")?;
     let other = cluster("other", "2026-01-01T00:00:00Z", "")?;
     let existing = vec![
-        Arc::new(secret("left", "pull", b"v", &m.id, &owner("u1"))),
-        Arc::new(secret("stay", "old-entry", b"v", &m.id, &owner("u1"))),
-        Arc::new(secret("stay", "pull", b"v", &m.id, &owner("u1"))),
-        Arc::new(secret("left", "theirs", b"v", &other.id, &owner("u9"))),
+        as_meta(secret("left", "pull", b"v", &m.id, &owner("u1"))),
+        as_meta(secret("stay", "old-entry", b"v", &m.id, &owner("u1"))),
+        as_meta(secret("stay", "pull", b"v", &m.id, &owner("u1"))),
+        as_meta(secret("left", "theirs", b"v", &other.id, &owner("u9"))),
     ];
     let p = plan(
         &m,
@@ -304,8 +314,8 @@ fn secrets_with_the_managed_by_label_but_no_manager_labels_are_never_taken_over(
         "app.kubernetes.io/managed-by".into(),
         "cheiron".into(),
     )]));
-    let tls = Arc::new(tls);
-    assert!(!is_managed(&tls));
+    let tls = as_meta(tls);
+    assert!(!is_managed(&tls.metadata));
     let p = plan(
         &m,
         &owner("u1"),
@@ -374,4 +384,81 @@ fn a_copy_of_a_source_from_another_namespace_is_still_created() -> TestResult {
     );
     assert_eq!(p.unchanged, 1);
     Ok(())
+}
+
+fn managed_fields(entries: &[(&str, serde_json::Value)]) -> Vec<ManagedFieldsEntry> {
+    entries
+        .iter()
+        .map(|(manager, fields)| ManagedFieldsEntry {
+            manager: Some((*manager).to_owned()),
+            operation: Some("Update".to_owned()),
+            fields_type: Some("FieldsV1".to_owned()),
+            fields_v1: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
+                fields.clone(),
+            )),
+            ..ManagedFieldsEntry::default()
+        })
+        .collect()
+}
+
+#[test]
+fn the_cache_keeps_of_managed_fields_only_who_owns_the_data() {
+    let mut meta = ObjectMeta {
+        managed_fields: Some(managed_fields(&[
+            (
+                "cheiron",
+                serde_json::json!({"f:data": {".": {}, "f:.dockerconfigjson": {}}, "f:type": {}}),
+            ),
+            (
+                "kube-controller-manager",
+                serde_json::json!({"f:metadata": {"f:ownerReferences": {}}}),
+            ),
+        ])),
+        ..ObjectMeta::default()
+    };
+    keep_data_owners(&mut meta);
+    let kept = meta.managed_fields.unwrap_or_default();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].manager.as_deref(), Some("cheiron"));
+    assert_eq!(
+        kept[0].fields_v1, None,
+        "the field sets themselves are dropped"
+    );
+}
+
+#[test]
+fn a_copy_whose_data_someone_else_wrote_is_written_again() -> TestResult {
+    let m = cluster("a", "2026-01-01T00:00:00Z", "")?;
+    let mut edited = secret("one", "pull", b"v1", &m.id, &owner("u1"));
+    // The content-hash annotation still says v1, but `kubectl edit` changed the data.
+    edited.metadata.managed_fields = Some(managed_fields(&[
+        (
+            "cheiron",
+            serde_json::json!({"f:metadata": {"f:labels": {}}}),
+        ),
+        (
+            "kubectl-edit",
+            serde_json::json!({"f:data": {"f:.dockerconfigjson": {}}}),
+        ),
+    ]));
+    keep_data_owners(&mut edited.metadata);
+    let p = plan(
+        &m,
+        &owner("u1"),
+        &[want("pull", Some(b"v1"))],
+        &ns(&["one"]),
+        std::slice::from_ref(&m),
+        &[as_meta(edited)],
+    );
+    assert_eq!(names(&p.updates), ["one/pull"], "drift is repaired");
+    assert_eq!(p.unchanged, 0);
+    Ok(())
+}
+
+#[test]
+fn the_content_hash_is_the_hex_sha256_of_the_content() {
+    assert_eq!(
+        content_hash(b""),
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    );
 }
