@@ -20,7 +20,8 @@ use kube::{
 };
 
 use super::{
-    kinds::ManagerRef, plan::SecretMeta, source_watches::SourceWatches, triggers::Triggers,
+    kinds::ManagerRef, plan::SecretMeta, service_account_index::ServiceAccountIndex,
+    source_watches::SourceWatches, triggers::Triggers,
 };
 use crate::{
     api::{ClusterImagePullSecretManager, ImagePullSecretManager},
@@ -36,6 +37,7 @@ pub struct Context {
     pub(super) namespaces: Store<PartialObjectMeta<Namespace>>,
     pub(super) secrets: Store<SecretMeta>,
     pub(super) service_accounts: Store<ServiceAccount>,
+    service_account_index: ServiceAccountIndex,
     pub(super) recorder: Recorder,
     pub(super) metrics: Arc<Metrics>,
     pub(super) sources: SourceWatches,
@@ -52,6 +54,7 @@ pub(super) struct Caches {
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
     pub secrets: Store<SecretMeta>,
     pub service_accounts: Store<ServiceAccount>,
+    pub service_account_index: ServiceAccountIndex,
 }
 
 impl Context {
@@ -71,6 +74,7 @@ impl Context {
             namespaces,
             secrets,
             service_accounts,
+            service_account_index,
         } = caches;
         Self {
             sources: SourceWatches::new(client.clone(), triggers.clone(), max_source_watches),
@@ -80,6 +84,7 @@ impl Context {
             namespaces,
             secrets,
             service_accounts,
+            service_account_index,
             recorder,
             metrics,
             triggers,
@@ -126,12 +131,10 @@ impl Context {
         .0
     }
 
+    /// The ServiceAccounts of `namespace` (an index lookup, not a scan of the cluster's).
     pub(super) fn service_accounts_in(&self, namespace: &str) -> Vec<Arc<ServiceAccount>> {
-        self.service_accounts
-            .state()
-            .into_iter()
-            .filter(|sa| sa.metadata.namespace.as_deref() == Some(namespace))
-            .collect()
+        self.service_account_index
+            .in_namespace(namespace, &self.service_accounts)
     }
 
     /// Asks for a reconcile of every manager but `except`.

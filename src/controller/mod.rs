@@ -24,6 +24,7 @@ mod kinds;
 mod leader;
 mod plan;
 mod reconcile;
+mod service_account_index;
 mod serviceaccount;
 pub mod source_watches;
 mod status;
@@ -34,6 +35,7 @@ pub use dockerconfig::{DockerConfig, InvalidSource};
 pub use error::{ControllerError, Issue, IssueKind};
 pub use leader::LeaderElection;
 pub use status::reason;
+pub use write::SERVICE_ACCOUNT_EVENTS_PER_RECONCILE;
 
 use std::{
     sync::{
@@ -59,6 +61,7 @@ use tokio_util::sync::CancellationToken;
 use self::{
     context::{Caches, Context},
     kinds::ManagerObject,
+    service_account_index::ServiceAccountIndex,
     triggers::{Routing, Triggers, Writers},
 };
 use crate::{admin::Readiness, api::ensure_crds, metrics::Metrics};
@@ -129,18 +132,21 @@ pub async fn run(
     let (namespaces, namespaces_writer) = reflector::store();
     let (secrets, secrets_writer) = reflector::store();
     let (service_accounts, service_accounts_writer) = reflector::store();
+    let service_account_index = ServiceAccountIndex::default();
     let caches = Caches {
         namespaced: namespaced.store(),
         cluster: cluster.store(),
         namespaces,
         secrets,
         service_accounts,
+        service_account_index: service_account_index.clone(),
     };
     let routing = Routing {
         triggers: triggers.clone(),
         namespaced: caches.namespaced.clone(),
         cluster: caches.cluster.clone(),
         namespaces: caches.namespaces.clone(),
+        service_account_index,
     };
     let writers = Writers {
         namespaces: namespaces_writer,

@@ -28,7 +28,9 @@ use super::{
     plan::FIELD_MANAGER,
     plan::{self, Stale, labelled_owner},
     status::{self, Findings, reason},
-    write::{backfill, delete_secret, fetch_sources, prune, remove, write_secrets},
+    write::{
+        ServiceAccountReport, backfill, delete_secret, fetch_sources, prune, remove, write_secrets,
+    },
 };
 use crate::{
     api::{FINALIZER, annotation},
@@ -118,6 +120,7 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         &claimants,
         &ctx.secrets.state(),
     );
+    let report = ServiceAccountReport::default();
     let mut issues = write_secrets(ctx, &id, &plan).await;
     for lost in &plan.lost {
         issues.push(Issue::new(
@@ -136,9 +139,9 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         .cloned()
         .collect();
     if compiled.mode == crate::api::Mode::ServiceAccount {
-        issues.extend(backfill(ctx, &compiled, &targets).await);
+        issues.extend(backfill(ctx, &compiled, &targets, &report).await);
     }
-    issues.extend(prune(ctx, &compiled, &targets, &claimants).await);
+    issues.extend(prune(ctx, &compiled, &targets, &claimants, &report).await);
     let others: Vec<Manager> = claimants.iter().filter(|m| m.id != id).cloned().collect();
     let mut names: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for s in &plan.deletes {
@@ -147,7 +150,8 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
             .or_default()
             .push(s.name.clone());
     }
-    issues.extend(remove(ctx, &id, &names, &plan.deletes, &others).await);
+    issues.extend(remove(ctx, &id, &names, &plan.deletes, &others, &report).await);
+    report.publish(ctx, &manager.object_ref(&())).await;
     for issue in &issues {
         ctx.metrics.reconcile.record_issue(issue.kind.as_str());
     }
@@ -301,7 +305,9 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
             namespace_left: true,
         })
         .collect();
-    let failures = remove(ctx, &id, &names, &stale, &others).await;
+    let report = ServiceAccountReport::default();
+    let failures = remove(ctx, &id, &names, &stale, &others, &report).await;
+    report.publish(ctx, &manager.object_ref(&())).await;
     if let Some(issue) = failures.first().cloned() {
         let abandon = manager
             .annotations()

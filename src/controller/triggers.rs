@@ -17,6 +17,8 @@ use kube::{
 use super::{
     kinds::ManagerRef,
     plan::{SecretMeta, keep_data_owners, labelled_owner},
+    service_account_index::{self, ServiceAccountIndex},
+    serviceaccount,
 };
 use crate::{
     api::{ClusterImagePullSecretManager, ImagePullSecretManager, Mode, label},
@@ -87,29 +89,49 @@ impl Triggers {
         }
     }
 
-    /// Asks for a reconcile of the ServiceAccount-mode managers whose scope holds `namespace`:
-    /// only they backfill its ServiceAccounts.
+    /// Asks for a reconcile of the managers that `sa` (in `namespace`) needs something from:
+    /// an entry to add, or an entry cheiron added that the manager no longer wants there. A
+    /// ServiceAccount as cheiron left it (the watch event of cheiron's own patch) needs
+    /// nothing, and re-queues nothing.
     pub fn service_account_changed(
         &self,
+        sa: &ServiceAccount,
         namespace: &NamespaceMeta,
         namespaced: &Store<ImagePullSecretManager>,
         cluster: &Store<ClusterImagePullSecretManager>,
     ) {
         for m in cluster.state() {
-            let acts = m.spec.mode == Mode::ServiceAccount
-                && Manager::from_cluster(&m).is_ok_and(|c| c.scope.contains(namespace));
-            if acts {
+            if Manager::from_cluster(&m).is_ok_and(|c| concerns(sa, namespace, &c)) {
                 self.send(ManagerRef::Cluster(ObjectRef::from_obj(&*m)));
             }
         }
         for m in namespaced.state() {
-            if m.spec.mode == Mode::ServiceAccount
-                && m.metadata.namespace.as_deref() == Some(namespace.name.as_str())
+            if m.metadata.namespace.as_deref() == Some(namespace.name.as_str())
+                && Manager::from_namespaced(&m).is_ok_and(|c| concerns(sa, namespace, &c))
             {
                 self.send(ManagerRef::Namespaced(ObjectRef::from_obj(&*m)));
             }
         }
     }
+}
+
+/// Whether `sa` needs something from `manager`: an entry it should have and lacks, or an
+/// entry cheiron added for one of the manager's names that the manager does not want there.
+fn concerns(sa: &ServiceAccount, namespace: &NamespaceMeta, manager: &Manager) -> bool {
+    if manager.mode == Mode::ServiceAccount
+        && manager.scope.contains(namespace)
+        && serviceaccount::backfill(sa, namespace, manager).is_some()
+    {
+        return true;
+    }
+    let wanted = serviceaccount::wanted(sa, namespace, [manager]);
+    let stale: Vec<String> = manager
+        .secret_names()
+        .iter()
+        .filter(|n| !wanted.contains(n))
+        .cloned()
+        .collect();
+    !stale.is_empty() && serviceaccount::removal(sa, &stale).is_some()
 }
 
 /// The writers of the caches that the routed watches fill.
@@ -127,6 +149,7 @@ pub(super) struct Routing {
     pub namespaced: Store<ImagePullSecretManager>,
     pub cluster: Store<ClusterImagePullSecretManager>,
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    pub service_account_index: ServiceAccountIndex,
 }
 
 /// Watches Namespaces (metadata only), cheiron's own Secrets (label selector) and
@@ -174,9 +197,11 @@ pub(super) async fn route(client: Client, writers: Writers, routing: Routing) {
             Api::<ServiceAccount>::all(client),
             watcher::Config::default(),
             service_accounts,
-            watch::keep_all,
+            service_account_index::trim,
             move |event| {
-                if let Some(sa) = changed(event) {
+                r3.service_account_index.apply(event);
+                // A deleted ServiceAccount needs nothing from anyone.
+                if let watcher::Event::Apply(sa) = event {
                     let ns = sa.namespace().unwrap_or_default();
                     let meta = r3
                         .namespaces
@@ -184,7 +209,7 @@ pub(super) async fn route(client: Client, writers: Writers, routing: Routing) {
                         .map(|n| NamespaceMeta::from_metadata(&n.metadata))
                         .unwrap_or_else(|| NamespaceMeta::named(ns.as_str()));
                     r3.triggers
-                        .service_account_changed(&meta, &r3.namespaced, &r3.cluster);
+                        .service_account_changed(sa, &meta, &r3.namespaced, &r3.cluster);
                 }
             },
         ),
@@ -197,5 +222,72 @@ fn changed<K>(event: &watcher::Event<K>) -> Option<&K> {
     match event {
         watcher::Event::Apply(o) | watcher::Event::Delete(o) => Some(o),
         watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::LocalObjectReference;
+
+    use super::*;
+    use crate::api::annotation;
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    fn manager(extra: &str) -> Result<Manager, Box<dyn std::error::Error>> {
+        let m: ClusterImagePullSecretManager = serde_yaml::from_str(&format!(
+            "apiVersion: cheiron.anny.co/v1alpha1\nkind: ClusterImagePullSecretManager\n\
+             metadata: {{name: m}}\nspec:\n{extra}  secrets: [{{existingSecretRef: {{name: pull, namespace: src}}}}]\n"
+        ))?;
+        Ok(Manager::from_cluster(&m)?)
+    }
+
+    fn sa(name: &str, entries: &[&str], added: Option<&str>) -> ServiceAccount {
+        let mut sa = ServiceAccount::default();
+        sa.metadata.namespace = Some("team".into());
+        sa.metadata.name = Some(name.into());
+        sa.metadata.resource_version = Some("1".into());
+        sa.metadata.annotations = added.map(|a| {
+            [
+                (annotation::RECONCILE_WITH.to_owned(), a.to_owned()),
+                (annotation::RECONCILED.to_owned(), "true".to_owned()),
+            ]
+            .into()
+        });
+        sa.image_pull_secrets = Some(
+            entries
+                .iter()
+                .map(|n| LocalObjectReference { name: (*n).into() })
+                .collect(),
+        );
+        sa
+    }
+
+    #[test]
+    fn the_event_of_cheirons_own_patch_concerns_no_manager() -> TestResult {
+        let team = NamespaceMeta::named("team");
+        let m = manager("")?;
+        assert!(
+            !concerns(&sa("default", &["theirs", "pull"], Some("pull")), &team, &m),
+            "as cheiron left it: nothing to do"
+        );
+        assert!(
+            concerns(&sa("default", &["theirs"], None), &team, &m),
+            "lacks pull"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn an_entry_the_manager_no_longer_wants_concerns_it() -> TestResult {
+        let team = NamespaceMeta::named("team");
+        let narrowed = manager("  serviceAccountNames: [other]\n")?;
+        let left_behind = sa("default", &["pull"], Some("pull"));
+        assert!(concerns(&left_behind, &team, &narrowed));
+        let pod_mode = manager("  mode: Pod\n")?;
+        assert!(concerns(&left_behind, &team, &pod_mode));
+        // Not cheiron's entry (no record of adding it): never taken away.
+        assert!(!concerns(&sa("default", &["pull"], None), &team, &pod_mode));
+        Ok(())
     }
 }

@@ -222,84 +222,182 @@ async fn patch_service_account(
     ))
 }
 
+/// Most Events about single ServiceAccounts one reconcile publishes; the rest are counted in
+/// one Event about the manager ([`ServiceAccountReport::publish`]).
+pub const SERVICE_ACCOUNT_EVENTS_PER_RECONCILE: usize = 10;
+
+/// What one reconcile did to ServiceAccounts, for a bounded number of Events: one per
+/// ServiceAccount for the first few, then one about the manager that counts them all.
+#[derive(Default)]
+pub(super) struct ServiceAccountReport {
+    inner: std::sync::Mutex<Tally>,
+}
+
+#[derive(Default)]
+struct Tally {
+    events: usize,
+    added: usize,
+    removed: usize,
+    namespaces: std::collections::BTreeSet<String>,
+}
+
+impl ServiceAccountReport {
+    /// Counts a patched ServiceAccount; true while Events about single ones may still go out.
+    fn count(&self, namespace: &str, added: bool) -> bool {
+        let Ok(mut t) = self.inner.lock() else {
+            return false;
+        };
+        if added {
+            t.added += 1;
+        } else {
+            t.removed += 1;
+        }
+        t.namespaces.insert(namespace.to_owned());
+        t.events += 1;
+        t.events <= SERVICE_ACCOUNT_EVENTS_PER_RECONCILE
+    }
+
+    /// One Event about `manager` counting what was added and removed, if anything was.
+    pub(super) async fn publish(
+        &self,
+        ctx: &Context,
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+    ) {
+        let (added, removed, namespaces) = match self.inner.lock() {
+            Ok(t) => (t.added, t.removed, t.namespaces.len()),
+            Err(_) => return,
+        };
+        for (count, reason, verb) in [
+            (added, "PullSecretsAdded", "added its pull secrets to"),
+            (
+                removed,
+                "PullSecretsRemoved",
+                "removed its pull secrets from",
+            ),
+        ] {
+            if count == 0 {
+                continue;
+            }
+            let event = kube::runtime::events::Event {
+                type_: kube::runtime::events::EventType::Normal,
+                reason: reason.to_owned(),
+                note: Some(format!(
+                    "cheiron {verb} {count} ServiceAccount(s) in {namespaces} namespace(s)"
+                )),
+                action: "PatchServiceAccounts".to_owned(),
+                secondary: None,
+            };
+            ctx.publish(&event, reference).await;
+        }
+    }
+}
+
+/// Patches, [`WRITE_CONCURRENCY`] at a time, the ServiceAccounts of `targets` that lack what
+/// `manager` wants, as the webhook would have at their creation.
 pub(super) async fn backfill(
     ctx: &Context,
     manager: &Manager,
     targets: &[NamespaceMeta],
+    report: &ServiceAccountReport,
 ) -> Vec<Issue> {
-    let mut failures = Vec::new();
-    for namespace in targets {
-        for sa in ctx.service_accounts_in(&namespace.name) {
-            if serviceaccount::backfill(&sa, namespace, manager).is_none() {
-                continue;
-            }
+    // Items carry an index into `targets`, not a reference: a stream of borrowed items trips
+    // the compiler's higher-ranked lifetime inference inside the controller's Send future.
+    let work: Vec<(usize, std::sync::Arc<ServiceAccount>)> = targets
+        .iter()
+        .enumerate()
+        .flat_map(|(i, namespace)| {
+            ctx.service_accounts_in(&namespace.name)
+                .into_iter()
+                .filter(|sa| serviceaccount::backfill(sa, namespace, manager).is_some())
+                .map(move |sa| (i, sa))
+        })
+        .collect();
+    stream::iter(work)
+        .map(|(i, sa)| async move {
+            let namespace = &targets[i];
             let name = sa.name_any();
-            match patch_service_account(ctx, &namespace.name, &name, Some(&sa), false, |sa| {
-                serviceaccount::backfill(sa, namespace, manager)
-            })
-            .await
-            {
+            let result =
+                patch_service_account(ctx, &namespace.name, &name, Some(&sa), false, |sa| {
+                    serviceaccount::backfill(sa, namespace, manager)
+                })
+                .await;
+            match result {
                 Ok(Some(added)) => {
-                    ctx.publish_on_service_account(
-                        &sa,
-                        "PullSecretsAdded",
-                        &format!("cheiron added {} for {}", added.join(", "), manager.id),
-                    )
-                    .await;
+                    if report.count(&namespace.name, true) {
+                        ctx.publish_on_service_account(
+                            &sa,
+                            "PullSecretsAdded",
+                            &format!("cheiron added {} for {}", added.join(", "), manager.id),
+                        )
+                        .await;
+                    }
+                    None
                 }
-                Ok(None) => {}
-                Err(message) => failures.push(Issue::new(
+                Ok(None) => None,
+                Err(message) => Some(Issue::new(
                     IssueKind::ServiceAccount,
                     namespace.name.clone(),
                     format!("ServiceAccount {name}: {message}"),
                 )),
             }
-        }
-    }
-    failures
+        })
+        .buffer_unordered(WRITE_CONCURRENCY)
+        .filter_map(std::future::ready)
+        .collect()
+        .await
 }
 
 /// Removes from the ServiceAccounts of `namespace` the entries of `names` that cheiron added
-/// and that no other manager (`others`) still wants there.
+/// and that no other manager (`others`) still wants there, [`WRITE_CONCURRENCY`] at a time.
 async fn remove_entries(
     ctx: &Context,
     namespace: &NamespaceMeta,
     names: &[String],
     others: &[Manager],
+    report: &ServiceAccountReport,
 ) -> Vec<Issue> {
-    let mut failures = Vec::new();
-    for sa in ctx.service_accounts_in(&namespace.name) {
-        let compute = |sa: &ServiceAccount| {
-            let still_wanted = serviceaccount::wanted(sa, namespace, others.iter());
-            let remove: Vec<String> = names
-                .iter()
-                .filter(|n| !still_wanted.contains(n))
-                .cloned()
-                .collect();
-            serviceaccount::removal(sa, &remove)
-        };
-        if compute(&sa).is_none() {
-            continue;
-        }
-        let name = sa.name_any();
-        match patch_service_account(ctx, &namespace.name, &name, Some(&sa), true, compute).await {
-            Ok(Some(removed)) => {
-                ctx.publish_on_service_account(
-                    &sa,
-                    "PullSecretsRemoved",
-                    &format!("cheiron removed {}", removed.join(", ")),
-                )
-                .await;
+    let compute = |sa: &ServiceAccount| {
+        let still_wanted = serviceaccount::wanted(sa, namespace, others.iter());
+        let remove: Vec<String> = names
+            .iter()
+            .filter(|n| !still_wanted.contains(n))
+            .cloned()
+            .collect();
+        serviceaccount::removal(sa, &remove)
+    };
+    let work: Vec<std::sync::Arc<ServiceAccount>> = ctx
+        .service_accounts_in(&namespace.name)
+        .into_iter()
+        .filter(|sa| compute(sa).is_some())
+        .collect();
+    stream::iter(work)
+        .map(|sa| async move {
+            let name = sa.name_any();
+            match patch_service_account(ctx, &namespace.name, &name, Some(&sa), true, compute).await
+            {
+                Ok(Some(removed)) => {
+                    if report.count(&namespace.name, false) {
+                        ctx.publish_on_service_account(
+                            &sa,
+                            "PullSecretsRemoved",
+                            &format!("cheiron removed {}", removed.join(", ")),
+                        )
+                        .await;
+                    }
+                    None
+                }
+                Ok(None) => None,
+                Err(message) => Some(Issue::new(
+                    IssueKind::ServiceAccount,
+                    namespace.name.clone(),
+                    format!("ServiceAccount {name}: {message}"),
+                )),
             }
-            Ok(None) => {}
-            Err(message) => failures.push(Issue::new(
-                IssueKind::ServiceAccount,
-                namespace.name.clone(),
-                format!("ServiceAccount {name}: {message}"),
-            )),
-        }
-    }
-    failures
+        })
+        .buffer_unordered(WRITE_CONCURRENCY)
+        .filter_map(std::future::ready)
+        .collect()
+        .await
 }
 
 /// Takes from the ServiceAccounts of `targets` the entries of `manager`'s names that cheiron
@@ -311,10 +409,13 @@ pub(super) async fn prune(
     manager: &Manager,
     targets: &[NamespaceMeta],
     claimants: &[Manager],
+    report: &ServiceAccountReport,
 ) -> Vec<Issue> {
     let mut issues = Vec::new();
     for namespace in targets {
-        issues.extend(remove_entries(ctx, namespace, manager.secret_names(), claimants).await);
+        issues.extend(
+            remove_entries(ctx, namespace, manager.secret_names(), claimants, report).await,
+        );
     }
     issues
 }
@@ -349,11 +450,12 @@ pub(super) async fn remove(
     names: &BTreeMap<String, Vec<String>>,
     stale: &[Stale],
     others: &[Manager],
+    report: &ServiceAccountReport,
 ) -> Vec<Issue> {
     let mut failures = Vec::new();
     for (namespace, names) in names {
         let meta = ctx.namespace_or_bare(namespace);
-        failures.extend(remove_entries(ctx, &meta, names, others).await);
+        failures.extend(remove_entries(ctx, &meta, names, others, report).await);
     }
     for s in stale {
         if failures.iter().any(|f: &Issue| f.namespace == s.namespace) {

@@ -204,3 +204,93 @@ async fn narrowing_the_names_or_switching_to_pod_mode_removes_exactly_what_cheir
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_thousand_service_accounts_backfilled_by_one_manager_make_a_bounded_number_of_events()
+-> Result {
+    use futures::{StreamExt, TryStreamExt, stream};
+    use k8s_openapi::api::events::v1::Event;
+    use kube::{Api, api::ListParams};
+
+    const NAMESPACES: usize = 10;
+    const PER_NAMESPACE: usize = 100;
+    let s = ControllerScenario::new("many-sas").await?;
+    let mut namespaces = Vec::new();
+    for _ in 0..NAMESPACES {
+        namespaces.push(s.create_target_namespace(&[], &[]).await?);
+    }
+    // All before the manager: the controller backfills every one of them.
+    let wanted: Vec<(String, String)> = namespaces
+        .iter()
+        .flat_map(|ns| (0..PER_NAMESPACE).map(move |i| (ns.clone(), format!("sa-{i}"))))
+        .collect();
+    stream::iter(wanted.clone())
+        .map(|(ns, name)| {
+            let s = &s;
+            async move {
+                s.create_service_account(&ns, &service_account(&name, &[], &[]))
+                    .await
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await?;
+
+    let manager = s
+        .apply(&s.cluster_manager(
+            "many-sas",
+            "  secrets:
+    - name: docker-hub
+      registry: https://index.docker.io/v1/
+      username: alice
+      password: alice-password
+",
+        ))
+        .await?;
+    for ns in &namespaces {
+        s.until_service_account(
+            ns,
+            &format!("sa-{}", PER_NAMESPACE - 1),
+            has_pull_secrets(&["docker-hub"]),
+        )
+        .await?;
+    }
+    let summary = s
+        .until_event_about_manager(&manager, "PullSecretsAdded")
+        .await?;
+    let note = summary.note.unwrap_or_default();
+    assert!(note.contains("ServiceAccount(s)"), "{note}");
+
+    // Every ServiceAccount got its entry; the Events about single ones stay few.
+    let mut per_object = 0;
+    for ns in &namespaces {
+        let events: Api<Event> = Api::namespaced(s.client().clone(), ns);
+        per_object += events
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("PullSecretsAdded"))
+            .count();
+        for i in 0..PER_NAMESPACE {
+            let sa = s.service_account(ns, &format!("sa-{i}")).await?;
+            assert!(
+                sa.image_pull_secrets
+                    .iter()
+                    .flatten()
+                    .any(|r| r.name == "docker-hub"),
+                "{ns}/sa-{i} was not backfilled"
+            );
+        }
+    }
+    let bound = 3 * cheiron::controller::SERVICE_ACCOUNT_EVENTS_PER_RECONCILE;
+    assert!(
+        per_object <= bound,
+        "{per_object} Events about single ServiceAccounts for {} patched (at most {bound})",
+        NAMESPACES * PER_NAMESPACE
+    );
+    println!(
+        "1 000 ServiceAccounts backfilled: {per_object} Events about single ones, then: {note}"
+    );
+    Ok(())
+}

@@ -26,6 +26,7 @@ use crate::{
     controller::{
         context::Caches,
         fake_api::{FakeApi, reply, status},
+        service_account_index::ServiceAccountIndex,
         triggers::Triggers,
     },
     metrics::Metrics,
@@ -38,17 +39,21 @@ type TestResult = Result<(), Box<dyn std::error::Error>>;
 fn context(fake: &FakeApi, service_accounts: Vec<ServiceAccount>) -> Context {
     let client = fake.client();
     let (service_accounts_store, mut writer): (_, Writer<ServiceAccount>) = reflector::store();
-    writer.apply_watcher_event(&watcher::Event::Init);
-    for sa in service_accounts {
-        writer.apply_watcher_event(&watcher::Event::InitApply(sa));
+    let index = ServiceAccountIndex::default();
+    let events = std::iter::once(watcher::Event::Init)
+        .chain(service_accounts.into_iter().map(watcher::Event::InitApply))
+        .chain(std::iter::once(watcher::Event::InitDone));
+    for event in events {
+        writer.apply_watcher_event(&event);
+        index.apply(&event);
     }
-    writer.apply_watcher_event(&watcher::Event::InitDone);
     let caches = Caches {
         namespaced: reflector::store().0,
         cluster: reflector::store().0,
         namespaces: reflector::store().0,
         secrets: reflector::store().0,
         service_accounts: service_accounts_store,
+        service_account_index: index,
     };
     let reporter = Reporter {
         controller: "cheiron-test".to_owned(),
@@ -397,7 +402,15 @@ async fn a_secret_stays_while_the_service_accounts_of_its_namespace_could_not_be
         namespace_left: true,
     };
     let names = BTreeMap::from([("team".to_owned(), vec!["pull".to_owned()])]);
-    let issues = remove(&ctx, &manager(), &names, &[stale], &[]).await;
+    let issues = remove(
+        &ctx,
+        &manager(),
+        &names,
+        &[stale],
+        &[],
+        &ServiceAccountReport::default(),
+    )
+    .await;
     assert_eq!(
         issues.iter().map(|i| i.kind).collect::<Vec<_>>(),
         [IssueKind::ServiceAccount]
