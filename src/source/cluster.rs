@@ -50,7 +50,9 @@ pub struct ClusterView {
     namespaced: Store<ImagePullSecretManager>,
     cluster: Store<ClusterImagePullSecretManager>,
     namespaces: NamespaceIndex,
-    secrets: Store<PartialObjectMeta<Secret>>,
+    /// cheiron's Secrets (metadata), when this identity may list Secrets: the split
+    /// install's webhook may not, and then answers without "Secret missing" warnings.
+    secrets: Option<Store<PartialObjectMeta<Secret>>>,
 }
 
 impl ClusterView {
@@ -87,11 +89,9 @@ impl View for ClusterView {
     }
 
     fn secret_exists(&self, namespace: &str, name: &str) -> Option<bool> {
-        Some(
-            self.secrets
-                .get(&ObjectRef::new(name).within(namespace))
-                .is_some(),
-        )
+        self.secrets
+            .as_ref()
+            .map(|s| s.get(&ObjectRef::new(name).within(namespace)).is_some())
     }
 }
 
@@ -140,6 +140,35 @@ async fn reflect<K>(
     .await;
 }
 
+/// Whether this identity may list Secrets cluster-wide, asked with a
+/// SelfSubjectAccessReview (every authenticated identity may ask). An error counts as no:
+/// a webhook that waits for a Secret watch it may not run would never become ready.
+async fn may_list_secrets(client: &Client) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some("list".to_owned()),
+                resource: Some("secrets".to_owned()),
+                group: Some(String::new()),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    match api.create(&Default::default(), &review).await {
+        Ok(answer) => answer.status.is_some_and(|s| s.allowed),
+        Err(e) => {
+            tracing::warn!(error = %crate::message::api_error(&e), "cannot ask whether Secrets may be listed; not watching them");
+            false
+        }
+    }
+}
+
 impl ClusterSource {
     /// Checks that the CRDs are served, then starts watching. Returns the source and the
     /// future that drives the watches (spawn it; it runs until dropped).
@@ -147,11 +176,23 @@ impl ClusterSource {
         client: Client,
     ) -> Result<(Arc<Self>, impl Future<Output = ()> + Send), ApiCheckError> {
         ensure_crds(&client).await?;
+        let watch_secrets = may_list_secrets(&client).await;
+        if !watch_secrets {
+            tracing::info!(
+                "this identity may not list Secrets (the split install's webhook): answering \
+                 without warnings about pull secrets missing from a namespace"
+            );
+        }
 
         let (namespaced, namespaced_writer) = reflector::store();
         let (cluster, cluster_writer) = reflector::store();
         let namespaces = NamespaceIndex::default();
         let (secrets, secrets_writer) = reflector::store();
+        let (secrets, secrets_writer) = if watch_secrets {
+            (Some(secrets), Some(secrets_writer))
+        } else {
+            (None, None)
+        };
         let source = Arc::new(Self {
             view: ClusterView {
                 managers: Arc::new(RwLock::new(Arc::from(Vec::new()))),
@@ -196,13 +237,18 @@ impl ClusterSource {
                 }
                 future::ready(())
             }),
-            reflect(
-                Api::<PartialObjectMeta<Secret>>::all(client),
-                watcher::Config::default().labels(&label::managed_by_selector()),
-                secrets_writer,
-                trim,
-                || {},
-            ),
+            async move {
+                if let Some(writer) = secrets_writer {
+                    reflect(
+                        Api::<PartialObjectMeta<Secret>>::all(client),
+                        watcher::Config::default().labels(&label::managed_by_selector()),
+                        writer,
+                        trim,
+                        || {},
+                    )
+                    .await;
+                }
+            },
             Self::mark_ready(source.clone()),
         );
         Ok((source, async move {
@@ -212,10 +258,16 @@ impl ClusterSource {
 
     async fn mark_ready(self: Arc<Self>) {
         let v = &self.view;
+        let secrets = async {
+            match &v.secrets {
+                Some(store) => store.wait_until_ready().await,
+                None => Ok(()),
+            }
+        };
         let synced = future::try_join3(
             v.namespaced.wait_until_ready(),
             v.cluster.wait_until_ready(),
-            v.secrets.wait_until_ready(),
+            secrets,
         )
         .await;
         while !v.namespaces.is_ready() {
@@ -227,7 +279,7 @@ impl ClusterSource {
             tracing::info!(
                 managers = v.managers().len(),
                 namespaces = v.namespaces.len(),
-                secrets = v.secrets.len(),
+                secrets = v.secrets.as_ref().map(Store::len),
                 "caches synced; ready"
             );
         }
@@ -340,10 +392,10 @@ mod tests {
                 index.apply(&watcher::Event::InitDone);
                 index
             },
-            secrets: fill(vec![meta::<Secret>(serde_json::json!({
+            secrets: Some(fill(vec![meta::<Secret>(serde_json::json!({
                 "apiVersion": "v1", "kind": "Secret",
                 "metadata": {"name": "a", "namespace": "team"},
-            }))?]),
+            }))?])),
         };
         assert!(
             view.managers().is_empty(),
@@ -382,5 +434,21 @@ mod tests {
             "admission still has what it needs"
         );
         Ok(())
+    }
+
+    #[test]
+    fn without_a_secret_cache_the_view_says_it_cannot_tell() {
+        let view = ClusterView {
+            managers: Arc::new(RwLock::new(Arc::from(Vec::new()))),
+            namespaced: fill(vec![]),
+            cluster: fill(vec![]),
+            namespaces: NamespaceIndex::default(),
+            secrets: None,
+        };
+        assert_eq!(
+            view.secret_exists("team", "a"),
+            None,
+            "no warning either way"
+        );
     }
 }
