@@ -356,3 +356,35 @@ fn crds_prints_both_definitions_as_generated() -> TestResult {
     );
     Ok(())
 }
+
+#[test]
+fn manifests_render_the_split_install_by_default_and_cheiron_run_on_request() -> TestResult {
+    let deployments = |yaml: &str| -> Vec<String> {
+        yaml.split("\n---")
+            .filter(|doc| doc.contains("\nkind: Deployment"))
+            .filter_map(|doc| {
+                doc.lines()
+                    .skip_while(|l| !l.starts_with("metadata:"))
+                    .find_map(|l| l.trim().strip_prefix("name: ").map(str::to_owned))
+            })
+            .collect()
+    };
+    let split = cheiron(&["manifests"], None)?;
+    assert!(split.status.success(), "{}", stderr(&split));
+    assert_eq!(
+        deployments(&stdout(&split)),
+        ["cheiron-webhook", "cheiron-controller"]
+    );
+    let combined = cheiron(&["manifests", "--deployment", "combined"], None)?;
+    assert!(combined.status.success(), "{}", stderr(&combined));
+    let text = stdout(&combined);
+    assert_eq!(deployments(&text), ["cheiron"]);
+    assert!(
+        text.contains("- run"),
+        "the one Deployment runs `cheiron run`"
+    );
+    let bogus = cheiron(&["manifests", "--deployment", "bogus"], None)?;
+    assert!(!bogus.status.success());
+    assert!(stderr(&bogus).contains("is not a deployment mode (split or combined)"));
+    Ok(())
+}

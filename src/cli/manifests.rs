@@ -7,7 +7,7 @@ use std::{io::Write, path::PathBuf};
 use anyhow::{Context, bail};
 use clap::Args;
 
-use crate::install::{DEFAULT_NAMESPACE, Install, default_image};
+use crate::install::{DEFAULT_NAMESPACE, DeploymentMode, Install, default_image};
 
 /// Arguments of `cheiron manifests`.
 #[derive(Args, Debug)]
@@ -25,6 +25,15 @@ pub struct ManifestsArgs {
     /// The image holding `cheiron` and `cheiron-certs`.
     #[arg(long, value_name = "IMAGE", default_value_t = default_image(), env = "CHEIRON_IMAGE")]
     image: String,
+    /// `split`: the webhook and the controller in Deployments and identities of their own (the
+    /// webhook can read no Secret); `combined`: `cheiron run` in one, for small clusters.
+    #[arg(
+        long,
+        value_name = "MODE",
+        default_value_t = DeploymentMode::Split,
+        env = "CHEIRON_DEPLOYMENT"
+    )]
+    deployment: DeploymentMode,
 }
 
 /// A namespace name is a DNS label.
@@ -53,8 +62,9 @@ impl ManifestsArgs {
             check,
             namespace,
             image,
+            deployment,
         } = self;
-        let files = Install { namespace, image }.files()?;
+        let files = Install { namespace, image }.files_for(deployment)?;
         let Some(dir) = dir else {
             for file in &files {
                 let body = file
