@@ -128,6 +128,7 @@ mod tests {
             check: false,
             namespace: DEFAULT_NAMESPACE.into(),
             image: default_image(),
+            deployment: DeploymentMode::Split,
         }
         .run(&mut out)?;
         let text = String::from_utf8(out)?;
@@ -155,6 +156,7 @@ mod tests {
             check,
             namespace: DEFAULT_NAMESPACE.into(),
             image: default_image(),
+            deployment: DeploymentMode::Split,
         };
         let error = args(true)
             .run(&mut Vec::new())

@@ -292,6 +292,51 @@ impl ServiceAccountReport {
     }
 }
 
+/// What a ServiceAccount patch does: add entries for a manager, or remove entries.
+#[derive(Clone, Copy)]
+enum Change<'a> {
+    Added(&'a ManagerId),
+    Removed,
+}
+
+/// Patches `sa` with what `compute` says, counts it in `report` (with an Event about the
+/// ServiceAccount while the report allows), and returns the failure as an [`Issue`].
+async fn patch_and_report(
+    ctx: &Context,
+    namespace: &str,
+    sa: &ServiceAccount,
+    change: Change<'_>,
+    compute: impl Fn(&ServiceAccount) -> Option<(json_patch::Patch, Vec<String>)>,
+    report: &ServiceAccountReport,
+) -> Option<Issue> {
+    let name = sa.name_any();
+    let removing = matches!(change, Change::Removed);
+    match patch_service_account(ctx, namespace, &name, Some(sa), removing, compute).await {
+        Ok(Some(names)) => {
+            if report.count(namespace, !removing) {
+                let (reason, note) = match change {
+                    Change::Added(manager) => (
+                        "PullSecretsAdded",
+                        format!("cheiron added {} for {manager}", names.join(", ")),
+                    ),
+                    Change::Removed => (
+                        "PullSecretsRemoved",
+                        format!("cheiron removed {}", names.join(", ")),
+                    ),
+                };
+                ctx.publish_on_service_account(sa, reason, &note).await;
+            }
+            None
+        }
+        Ok(None) => None,
+        Err(message) => Some(Issue::new(
+            IssueKind::ServiceAccount,
+            namespace,
+            format!("ServiceAccount {name}: {message}"),
+        )),
+    }
+}
+
 /// Patches, [`WRITE_CONCURRENCY`] at a time, the ServiceAccounts of `targets` that lack what
 /// `manager` wants, as the webhook would have at their creation.
 pub(super) async fn backfill(
@@ -315,31 +360,9 @@ pub(super) async fn backfill(
     stream::iter(work)
         .map(|(i, sa)| async move {
             let namespace = &targets[i];
-            let name = sa.name_any();
-            let result =
-                patch_service_account(ctx, &namespace.name, &name, Some(&sa), false, |sa| {
-                    serviceaccount::backfill(sa, namespace, manager)
-                })
-                .await;
-            match result {
-                Ok(Some(added)) => {
-                    if report.count(&namespace.name, true) {
-                        ctx.publish_on_service_account(
-                            &sa,
-                            "PullSecretsAdded",
-                            &format!("cheiron added {} for {}", added.join(", "), manager.id),
-                        )
-                        .await;
-                    }
-                    None
-                }
-                Ok(None) => None,
-                Err(message) => Some(Issue::new(
-                    IssueKind::ServiceAccount,
-                    namespace.name.clone(),
-                    format!("ServiceAccount {name}: {message}"),
-                )),
-            }
+            let compute = |sa: &ServiceAccount| serviceaccount::backfill(sa, namespace, manager);
+            let change = Change::Added(&manager.id);
+            patch_and_report(ctx, &namespace.name, &sa, change, compute, report).await
         })
         .buffer_unordered(WRITE_CONCURRENCY)
         .filter_map(std::future::ready)
@@ -372,27 +395,7 @@ async fn remove_entries(
         .collect();
     stream::iter(work)
         .map(|sa| async move {
-            let name = sa.name_any();
-            match patch_service_account(ctx, &namespace.name, &name, Some(&sa), true, compute).await
-            {
-                Ok(Some(removed)) => {
-                    if report.count(&namespace.name, false) {
-                        ctx.publish_on_service_account(
-                            &sa,
-                            "PullSecretsRemoved",
-                            &format!("cheiron removed {}", removed.join(", ")),
-                        )
-                        .await;
-                    }
-                    None
-                }
-                Ok(None) => None,
-                Err(message) => Some(Issue::new(
-                    IssueKind::ServiceAccount,
-                    namespace.name.clone(),
-                    format!("ServiceAccount {name}: {message}"),
-                )),
-            }
+            patch_and_report(ctx, &namespace.name, &sa, Change::Removed, compute, report).await
         })
         .buffer_unordered(WRITE_CONCURRENCY)
         .filter_map(std::future::ready)
