@@ -1,4 +1,4 @@
-//! Webhook benchmark (docs/design.md §8): a ~17 KB Pod review from a ReplicaSet, 100 managers and 1 000
+//! Webhook benchmark (docs/design.md §8): a ~15 KB Pod review from a ReplicaSet, 100 managers and 1 000
 //! namespaces loaded, keep-alive TLS. Measures in one run:
 //! - the pure admission path (`admission::review`) per request, p50/p99;
 //! - the server's own handler time, from its latency histogram;

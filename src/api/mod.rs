@@ -43,7 +43,8 @@ pub mod annotation {
 
 /// Labels on the Secrets cheiron writes.
 pub mod label {
-    /// Standard ownership label; cheiron never touches a Secret without it.
+    /// Standard ownership label; cheiron never touches a Secret without it (and the controller
+    /// only one whose labels also name a manager).
     pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
     /// The value of [`MANAGED_BY`] on cheiron's Secrets.
     pub const MANAGED_BY_VALUE: &str = "cheiron";

@@ -1,6 +1,8 @@
-//! `cheiron manifests`: the plain manifests (CRDs, namespace, RBAC, Deployment, Service,
-//! PodDisruptionBudget, MutatingWebhookConfiguration, certificate Job) for installing without
-//! Helm. `cheiron manifests --out webhook-config` regenerates the committed copy.
+//! `cheiron manifests`: the plain manifests for installing without Helm: the CRDs, the
+//! namespace, and per Deployment (webhook and controller apart with `--deployment split`, the
+//! default; one `cheiron run` with `combined`) its ServiceAccount, RBAC, Service,
+//! PodDisruptionBudget and NetworkPolicy; the MutatingWebhookConfiguration and the certificate
+//! Job. `cheiron manifests --out webhook-config` regenerates the committed copy.
 
 use std::{io::Write, path::PathBuf};
 

@@ -33,7 +33,7 @@ pub struct TlsArgs {
     /// Directory holding tls.crt and tls.key, reloaded when they change (a mounted Secret works).
     #[arg(long, value_name = "DIR", env = "CHEIRON_TLS_CERT_DIR")]
     pub tls_cert_dir: Option<PathBuf>,
-    /// Generate an in-memory certificate for localhost and 127.0.0.1 instead (local trials).
+    /// Generate an in-memory certificate for localhost, 127.0.0.1 and ::1 instead (local trials).
     #[arg(long, env = "CHEIRON_SELF_SIGNED")]
     pub self_signed: bool,
 }

@@ -70,7 +70,8 @@ pub async fn reconcile<K: ManagerObject>(
     result
 }
 
-/// Requeues a failed reconcile with exponential backoff per manager (5 s doubling to 5 min).
+/// Requeues a failed reconcile with exponential backoff per manager ([`retry_delay`]: 5 s
+/// doubling to 5 min, spread by ±20 % per manager).
 pub fn error_policy<K: ManagerObject>(
     manager: Arc<K>,
     error: &ControllerError,

@@ -1,6 +1,8 @@
-//! Cluster mode: the view kept current by kube-runtime reflectors. Managers of both kinds
-//! are watched in full and compiled on every change; Namespaces and cheiron's own Secrets
-//! (label selector) only as metadata, so memory does not grow with unrelated Secrets.
+//! Cluster mode: the view kept current by kube-runtime reflectors. Managers of both kinds are
+//! watched, stripped of every credential, and compiled on every change; Namespaces only as
+//! metadata; cheiron's own Secrets (label selector) as metadata, and only when this identity
+//! may list Secrets at all (the split install's webhook may not). Memory does not grow with
+//! unrelated Secrets.
 
 use std::{
     future::Future,
