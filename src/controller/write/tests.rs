@@ -254,15 +254,21 @@ async fn a_refused_write_is_an_issue_that_names_the_secret_and_the_status_code()
 }
 
 /// A patch computation that removes `pull` and records the resourceVersion it was given.
-fn removing_pull(
-    seen: &Mutex<Vec<String>>,
-) -> impl Fn(&ServiceAccount) -> Option<(json_patch::Patch, Vec<String>)> + '_ {
-    move |sa: &ServiceAccount| {
+/// Removes `pull` from ServiceAccount team/default (starting from `first`, or a fresh read),
+/// and returns the outcome with the resourceVersions each attempt computed its patch from.
+async fn remove_pull(
+    ctx: &Context,
+    first: Option<&ServiceAccount>,
+) -> (Result<Option<Vec<String>>, String>, Vec<String>) {
+    let seen = Mutex::new(Vec::new());
+    let compute = |sa: &ServiceAccount| {
         if let Ok(mut s) = seen.lock() {
             s.push(sa.metadata.resource_version.clone().unwrap_or_default());
         }
         serviceaccount::removal(sa, &["pull".to_owned()])
-    }
+    };
+    let result = patch_service_account(ctx, "team", "default", first, true, compute).await;
+    (result, seen.into_inner().unwrap_or_default())
 }
 
 #[tokio::test]
@@ -277,19 +283,10 @@ async fn a_patch_that_fails_its_resource_version_test_is_recomputed_from_a_fresh
         reply("PATCH", DEFAULT_SA, 200, serde_json::to_value(&stored)?),
     ]);
     let ctx = context(&fake, vec![]);
-    let versions = Mutex::new(Vec::new());
-    let result = patch_service_account(
-        &ctx,
-        "team",
-        "default",
-        Some(&stale),
-        true,
-        removing_pull(&versions),
-    )
-    .await;
+    let (result, versions) = remove_pull(&ctx, Some(&stale)).await;
     assert_eq!(result, Ok(Some(vec!["pull".to_owned()])));
     assert_eq!(
-        versions.lock().map(|v| v.clone()).unwrap_or_default(),
+        versions,
         ["1", "2"],
         "the second patch is computed from the fresh read"
     );
@@ -308,16 +305,7 @@ async fn a_service_account_that_keeps_changing_is_given_up_after_a_bounded_numbe
     }
     let fake = FakeApi::new(script);
     let ctx = context(&fake, vec![]);
-    let versions = Mutex::new(Vec::new());
-    let result = patch_service_account(
-        &ctx,
-        "team",
-        "default",
-        Some(&sa),
-        true,
-        removing_pull(&versions),
-    )
-    .await;
+    let result = remove_pull(&ctx, Some(&sa)).await.0;
     let message = result.err().unwrap_or_default();
     assert!(message.contains("kept changing"), "{message}");
     assert_eq!(fake.seen().len(), 2 * PATCH_ATTEMPTS - 1);
@@ -333,26 +321,9 @@ async fn a_service_account_deleted_meanwhile_is_nothing_to_do() -> TestResult {
         reply("GET", DEFAULT_SA, 404, status(404, "NotFound")),
     ]);
     let ctx = context(&fake, vec![]);
-    let versions = Mutex::new(Vec::new());
-    let patched = patch_service_account(
-        &ctx,
-        "team",
-        "default",
-        Some(&sa),
-        true,
-        removing_pull(&versions),
-    )
-    .await;
+    let patched = remove_pull(&ctx, Some(&sa)).await.0;
     assert_eq!(patched, Ok(None));
-    let read = patch_service_account(
-        &ctx,
-        "team",
-        "default",
-        None,
-        true,
-        removing_pull(&versions),
-    )
-    .await;
+    let read = remove_pull(&ctx, None).await.0;
     assert_eq!(read, Ok(None));
     assert_eq!(fake.left(), 0);
     Ok(())
@@ -437,16 +408,7 @@ async fn a_patch_refused_by_an_admission_policy_is_reported_not_retried_as_a_rac
         reply("GET", DEFAULT_SA, 200, serde_json::to_value(&sa)?),
     ]);
     let ctx = context(&fake, vec![]);
-    let versions = Mutex::new(Vec::new());
-    let result = patch_service_account(
-        &ctx,
-        "team",
-        "default",
-        Some(&sa),
-        true,
-        removing_pull(&versions),
-    )
-    .await;
+    let result = remove_pull(&ctx, Some(&sa)).await.0;
     assert_eq!(
         result,
         Err("ValidatingAdmissionPolicy 'freeze' denied request: frozen (422)".to_owned())
