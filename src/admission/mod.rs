@@ -60,14 +60,18 @@ pub fn mutate_interpreted(interpreted: &Interpreted, namespace: &str, view: &dyn
     let namespace_meta = view
         .namespace(namespace)
         .unwrap_or_else(|| NamespaceMeta::named(namespace));
-    let managers = view.managers();
+    let managers = view.managers_in(&namespace_meta);
     let unchanged = |result| Mutation {
         result,
         patch: json_patch::Patch(Vec::new()),
         added: Vec::new(),
         warnings: Vec::new(),
     };
-    let secrets = match decide(&interpreted.subject(), &namespace_meta, managers.iter()) {
+    let secrets = match decide(
+        &interpreted.subject(),
+        &namespace_meta,
+        managers.iter().map(|m| &**m),
+    ) {
         Decision::Skip(skip) => return unchanged(MutationResult::Skipped(skip)),
         Decision::Inject { secrets, .. } => secrets,
     };

@@ -2,6 +2,7 @@
 //! reference, given the managers and the namespace. No I/O, no Kubernetes client.
 
 mod glob;
+mod index;
 mod manager;
 mod scope;
 mod view;
@@ -10,6 +11,7 @@ mod view;
 mod tests;
 
 pub use glob::{InvalidGlob, NamespaceGlob};
+pub use index::ManagerIndex;
 pub use manager::{InvalidManager, Manager, ManagerId, ManagerKind, live_managers};
 pub use scope::Scope;
 pub use view::{NamespaceMeta, StaticView, View, WithNamespace};

@@ -7,7 +7,7 @@ use std::{
     sync::Arc,
 };
 
-use super::Manager;
+use super::{Manager, ManagerIndex};
 
 /// The parts of a Namespace the policy reads.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -43,8 +43,9 @@ impl NamespaceMeta {
 
 /// A consistent read-only view for admission decisions.
 pub trait View: Send + Sync {
-    /// All valid managers, oldest first.
-    fn managers(&self) -> Arc<[Manager]>;
+    /// The valid managers that may act in `namespace`, oldest first: at least every manager
+    /// whose scope holds it (the decision checks each one it is given).
+    fn managers_in(&self, namespace: &NamespaceMeta) -> Vec<Arc<Manager>>;
     /// The namespace, if known.
     fn namespace(&self, name: &str) -> Option<NamespaceMeta>;
     /// Whether Secret `name` exists in `namespace`; `None` when this view does not track Secrets.
@@ -65,8 +66,8 @@ impl<'a> WithNamespace<'a> {
 }
 
 impl View for WithNamespace<'_> {
-    fn managers(&self) -> Arc<[Manager]> {
-        self.inner.managers()
+    fn managers_in(&self, namespace: &NamespaceMeta) -> Vec<Arc<Manager>> {
+        self.inner.managers_in(namespace)
     }
 
     fn namespace(&self, name: &str) -> Option<NamespaceMeta> {
@@ -86,6 +87,7 @@ impl View for WithNamespace<'_> {
 #[derive(Clone, Debug, Default)]
 pub struct StaticView {
     managers: Arc<[Manager]>,
+    index: ManagerIndex,
     namespaces: HashMap<String, NamespaceMeta>,
     secrets: Option<HashSet<(String, String)>>,
 }
@@ -98,6 +100,7 @@ impl StaticView {
     ) -> Self {
         managers.sort_by(|a, b| a.seniority().cmp(&b.seniority()));
         Self {
+            index: ManagerIndex::new(managers.iter().cloned()),
             managers: managers.into(),
             namespaces: namespaces
                 .into_iter()
@@ -114,9 +117,16 @@ impl StaticView {
     }
 }
 
-impl View for StaticView {
-    fn managers(&self) -> Arc<[Manager]> {
+impl StaticView {
+    /// Every manager, oldest first.
+    pub fn managers(&self) -> Arc<[Manager]> {
         self.managers.clone()
+    }
+}
+
+impl View for StaticView {
+    fn managers_in(&self, namespace: &NamespaceMeta) -> Vec<Arc<Manager>> {
+        self.index.candidates(namespace)
     }
 
     fn namespace(&self, name: &str) -> Option<NamespaceMeta> {

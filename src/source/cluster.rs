@@ -1,10 +1,13 @@
-//! Cluster mode: the view kept current by kube-runtime reflectors. Managers of both kinds are
-//! watched, stripped of every credential, and compiled on every change; Namespaces only as
-//! metadata; cheiron's own Secrets (label selector) as metadata, and only when this identity
-//! may list Secrets at all (the split install's webhook may not). Memory does not grow with
-//! unrelated Secrets.
+//! Cluster mode: the view kept current by watches. Managers of both kinds are compiled as they
+//! arrive and filed in a [`ManagerIndex`] (the objects themselves, credentials included, are
+//! not kept); Namespaces are watched as metadata and kept as interned labels; cheiron's own
+//! Secrets (label selector) as metadata, kept as a set of interned `(namespace, name)`, and
+//! only when this identity may list Secrets at all (the split install's webhook may not).
+//! Memory does not grow with unrelated Secrets.
 
 use std::{
+    collections::HashSet,
+    fmt::Debug,
     future::Future,
     sync::{
         Arc, RwLock,
@@ -17,129 +20,207 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::{
     Api, Client, Resource,
     core::PartialObjectMeta,
-    runtime::{
-        WatchStreamExt,
-        reflector::{self, ObjectRef, Store},
-        watcher,
-    },
+    runtime::{WatchStreamExt, watcher},
 };
 use serde::de::DeserializeOwned;
 
 use futures::future::BoxFuture;
 
-use super::{NAMESPACE_LOOKUP_TIMEOUT, NamespaceIndex, NamespaceLookup, Source};
+use super::{
+    NAMESPACE_LOOKUP_TIMEOUT, NamespaceLookup, Source, namespaces::NamespaceTable,
+    secrets::SecretSet, symbols::Symbols,
+};
 use crate::{
     admin::Readiness,
     api::{
-        ApiCheckError, ClusterImagePullSecretManager, ImagePullSecretManager, PullSecretEntry,
-        ensure_crds, label,
+        ApiCheckError, ClusterImagePullSecretManager, ImagePullSecretManager, ensure_crds, label,
     },
-    policy::{Manager, NamespaceMeta, View, live_managers},
-    watch,
+    policy::{InvalidManager, Manager, ManagerId, ManagerIndex, ManagerKind, NamespaceMeta, View},
 };
 
-/// A [`Source`] over reflector stores. Not ready until every store has its first list.
+/// A [`Source`] over the webhook's watches. Not ready until every watch has its first list.
 pub struct ClusterSource {
     view: ClusterView,
     ready: AtomicBool,
     client: Client,
 }
 
-/// The stores behind a [`ClusterSource`].
-#[derive(Clone)]
-pub struct ClusterView {
-    managers: Arc<RwLock<Arc<[Manager]>>>,
-    namespaced: Store<ImagePullSecretManager>,
-    cluster: Store<ClusterImagePullSecretManager>,
-    namespaces: NamespaceIndex,
-    /// cheiron's Secrets (metadata), when this identity may list Secrets: the split
-    /// install's webhook may not, and then answers without "Secret missing" warnings.
-    secrets: Option<Store<PartialObjectMeta<Secret>>>,
+/// Namespaces and cheiron's Secrets, over one table of interned strings (a namespace's name
+/// is held once for the namespace and all of cheiron's Secrets in it).
+#[derive(Debug, Default)]
+struct Inventory {
+    symbols: Symbols,
+    namespaces: NamespaceTable,
+    /// cheiron's Secrets, when this identity may list Secrets: the split install's webhook may
+    /// not, and then answers without "Secret missing" warnings.
+    secrets: Option<SecretSet>,
 }
 
-impl ClusterView {
-    /// Recompiles the manager list from the two manager stores, oldest first. Invalid managers
-    /// (which the CRD schema should have rejected) are logged and left out.
-    fn recompile(&self) {
-        let namespaced = self.namespaced.state();
-        let cluster = self.cluster.state();
-        let (managers, invalid) = live_managers(
-            namespaced.iter().map(|m| &**m),
-            cluster.iter().map(|m| &**m),
-        );
-        for e in invalid {
-            tracing::warn!(error = %e, "ignoring invalid manager");
-        }
-        tracing::debug!(managers = managers.len(), "manager view updated");
-        if let Ok(mut slot) = self.managers.write() {
-            *slot = managers.into();
-        }
-    }
+/// The managers, and which kinds have had their first list.
+#[derive(Debug, Default)]
+struct Managers {
+    index: ManagerIndex,
+    listed: [bool; 2],
+}
+
+/// What the watches of a [`ClusterSource`] keep; cheap to clone (shared).
+#[derive(Clone, Debug, Default)]
+pub struct ClusterView {
+    managers: Arc<RwLock<Managers>>,
+    inventory: Arc<RwLock<Inventory>>,
 }
 
 impl View for ClusterView {
-    fn managers(&self) -> Arc<[Manager]> {
+    fn managers_in(&self, namespace: &NamespaceMeta) -> Vec<Arc<Manager>> {
         match self.managers.read() {
-            Ok(m) => m.clone(),
-            // A writer panicked mid-swap; the previous list is still whole.
-            Err(poisoned) => poisoned.into_inner().clone(),
+            Ok(m) => m.index.candidates(namespace),
+            // A writer panicked mid-change; what it left is still a valid index.
+            Err(poisoned) => poisoned.into_inner().index.candidates(namespace),
         }
     }
 
     fn namespace(&self, name: &str) -> Option<NamespaceMeta> {
-        self.namespaces.get(name)
+        let inventory = self.inventory.read().ok()?;
+        inventory.namespaces.get(&inventory.symbols, name)
     }
 
     fn secret_exists(&self, namespace: &str, name: &str) -> Option<bool> {
-        self.secrets
-            .as_ref()
-            .map(|s| s.get(&ObjectRef::new(name).within(namespace)).is_some())
+        let inventory = self.inventory.read().ok()?;
+        let secrets = inventory.secrets.as_ref()?;
+        Some(secrets.contains(&inventory.symbols, namespace, name))
     }
 }
 
-/// Only what the view reads is kept: managers' spec and creation time, Secrets' names.
-/// (kubectl's last-applied annotation alone doubles a manager.)
-fn trim<K: Resource>(o: &mut K) {
-    let meta = o.meta_mut();
-    meta.managed_fields = None;
-    meta.annotations = None;
-    meta.owner_references = None;
-}
-
-/// A manager as the webhook keeps it: what admission decides with, and no credential. Every
-/// replica serves an unauthenticated port, so an inline password (or any user name) is never
-/// kept in its memory.
-fn trim_manager<K: Resource>(
-    entries: impl Fn(&mut K) -> &mut Vec<PullSecretEntry>,
-) -> impl Fn(&mut K) {
-    move |m| {
-        trim(m);
-        for entry in entries(m).iter_mut() {
-            entry.password = None;
-            entry.username = None;
-            entry.email = None;
-        }
-    }
-}
-
-/// Runs one reflector until the process ends, trimming each object with `keep` and calling
-/// `on_change` after each change (once per list, not once per listed object).
-async fn reflect<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    writer: reflector::store::Writer<K>,
-    keep: impl FnMut(&mut K) + Send,
-    on_change: impl Fn(),
-) where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+/// One manager kind, as the webhook's watch sees it.
+trait WatchedManager:
+    Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static
 {
-    watch::reflect(api, config, writer, keep, |event| {
-        if watch::is_change(event) {
-            on_change();
+    const KIND: ManagerKind;
+    /// The policy's view of it, credentials left behind.
+    fn compile(&self) -> Result<Manager, InvalidManager>;
+}
+
+impl WatchedManager for ImagePullSecretManager {
+    const KIND: ManagerKind = ManagerKind::Namespaced;
+    fn compile(&self) -> Result<Manager, InvalidManager> {
+        Manager::from_namespaced(self)
+    }
+}
+
+impl WatchedManager for ClusterImagePullSecretManager {
+    const KIND: ManagerKind = ManagerKind::Cluster;
+    fn compile(&self) -> Result<Manager, InvalidManager> {
+        Manager::from_cluster(self)
+    }
+}
+
+fn kind_slot(kind: ManagerKind) -> usize {
+    match kind {
+        ManagerKind::Namespaced => 0,
+        ManagerKind::Cluster => 1,
+    }
+}
+
+fn id_of<K: WatchedManager>(m: &K) -> ManagerId {
+    ManagerId {
+        kind: K::KIND,
+        namespace: m.meta().namespace.clone(),
+        name: m.meta().name.clone().unwrap_or_default(),
+    }
+}
+
+impl Managers {
+    /// Applies one watch event of kind `K`. `relisted` gathers the managers of a relist in
+    /// progress: at its end, the managers of this kind it did not list are dropped.
+    fn apply_event<K: WatchedManager>(
+        &mut self,
+        relisted: &mut Option<HashSet<ManagerId>>,
+        event: watcher::Event<K>,
+    ) {
+        match event {
+            watcher::Event::Init => *relisted = Some(HashSet::new()),
+            watcher::Event::InitApply(m) => {
+                self.apply(&m);
+                relisted.get_or_insert_with(HashSet::new).insert(id_of(&m));
+            }
+            watcher::Event::InitDone => {
+                let listed = relisted.take().unwrap_or_default();
+                self.index
+                    .retain(|id| id.kind != K::KIND || listed.contains(id));
+                self.listed[kind_slot(K::KIND)] = true;
+                tracing::debug!(managers = self.index.len(), "manager view updated");
+            }
+            watcher::Event::Apply(m) => self.apply(&m),
+            watcher::Event::Delete(m) => self.index.delete(&id_of(&m)),
         }
-    })
-    .await;
+    }
+
+    /// Files a manager as it is now: compiled, or dropped when it is being deleted (it injects
+    /// nothing while its finalizer cleans up) or does not compile (logged).
+    fn apply<K: WatchedManager>(&mut self, m: &K) {
+        let id = id_of(m);
+        if m.meta().deletion_timestamp.is_some() {
+            self.index.delete(&id);
+            return;
+        }
+        match m.compile() {
+            Ok(compiled) => self.index.apply(compiled),
+            Err(e) => {
+                tracing::warn!(error = %e, "ignoring invalid manager");
+                self.index.delete(&id);
+            }
+        }
+    }
+}
+
+/// Watches one manager kind into `view`'s index until the process ends. A relist drops, at its
+/// end, the managers of this kind it did not list.
+async fn watch_managers<K: WatchedManager>(client: Client, view: ClusterView) {
+    let mut relisted: Option<HashSet<ManagerId>> = None;
+    watcher(Api::<K>::all(client), watcher::Config::default())
+        .default_backoff()
+        .for_each(|event| {
+            let event = match event {
+                Ok(event) => event,
+                Err(e) => {
+                    tracing::warn!(kind = K::KIND.as_str(), error = %e, "watch failed; retrying");
+                    return future::ready(());
+                }
+            };
+            if let Ok(mut managers) = view.managers.write() {
+                managers.apply_event(&mut relisted, event);
+            }
+            future::ready(())
+        })
+        .await;
+}
+
+/// Watches `api` as metadata with `config`, handing each event to `apply` under the
+/// inventory's lock, until the process ends.
+async fn watch_inventory<K>(
+    api: Api<PartialObjectMeta<K>>,
+    config: watcher::Config,
+    inventory: Arc<RwLock<Inventory>>,
+    apply: impl Fn(&mut Inventory, &watcher::Event<PartialObjectMeta<K>>),
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    watcher(api, config)
+        .default_backoff()
+        .for_each(|event| {
+            match event {
+                Ok(event) => {
+                    if let Ok(mut inventory) = inventory.write() {
+                        apply(&mut inventory, &event);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying")
+                }
+            }
+            future::ready(())
+        })
+        .await;
 }
 
 /// Whether this identity may list Secrets cluster-wide, asked with a
@@ -186,67 +267,47 @@ impl ClusterSource {
             );
         }
 
-        let (namespaced, namespaced_writer) = reflector::store();
-        let (cluster, cluster_writer) = reflector::store();
-        let namespaces = NamespaceIndex::default();
-        let (secrets, secrets_writer) = reflector::store();
-        let (secrets, secrets_writer) = if watch_secrets {
-            (Some(secrets), Some(secrets_writer))
-        } else {
-            (None, None)
-        };
+        let view = ClusterView::default();
+        if watch_secrets && let Ok(mut inventory) = view.inventory.write() {
+            inventory.secrets = Some(SecretSet::default());
+        }
         let source = Arc::new(Self {
-            view: ClusterView {
-                managers: Arc::new(RwLock::new(Arc::from(Vec::new()))),
-                namespaced,
-                cluster,
-                namespaces: namespaces.clone(),
-                secrets,
-            },
+            view: view.clone(),
             ready: AtomicBool::new(false),
             client: client.clone(),
         });
 
         let all = watcher::Config::default();
-        let view = source.view.clone();
-        let recompile = move || view.recompile();
         let watches = future::join5(
-            reflect(
-                Api::all(client.clone()),
-                all.clone(),
-                namespaced_writer,
-                trim_manager(|m: &mut ImagePullSecretManager| &mut m.spec.secrets),
-                recompile.clone(),
-            ),
-            reflect(
-                Api::all(client.clone()),
-                all.clone(),
-                cluster_writer,
-                trim_manager(|m: &mut ClusterImagePullSecretManager| &mut m.spec.secrets),
-                recompile,
-            ),
-            watcher(
+            watch_managers::<ImagePullSecretManager>(client.clone(), view.clone()),
+            watch_managers::<ClusterImagePullSecretManager>(client.clone(), view.clone()),
+            watch_inventory(
                 Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
                 all,
-            )
-            .default_backoff()
-            .for_each(move |event| {
-                match event {
-                    Ok(event) => namespaces.apply(&event),
-                    Err(e) => {
-                        tracing::warn!(kind = "Namespace", error = %e, "watch failed; retrying")
-                    }
-                }
-                future::ready(())
-            }),
+                view.inventory.clone(),
+                |inventory, event| {
+                    let Inventory {
+                        symbols,
+                        namespaces,
+                        ..
+                    } = inventory;
+                    namespaces.apply(symbols, event);
+                },
+            ),
             async move {
-                if let Some(writer) = secrets_writer {
-                    reflect(
+                if watch_secrets {
+                    watch_inventory(
                         Api::<PartialObjectMeta<Secret>>::all(client),
                         watcher::Config::default().labels(&label::managed_by_selector()),
-                        writer,
-                        trim,
-                        || {},
+                        view.inventory.clone(),
+                        |inventory, event| {
+                            let Inventory {
+                                symbols, secrets, ..
+                            } = inventory;
+                            if let Some(secrets) = secrets {
+                                secrets.apply(symbols, event);
+                            }
+                        },
                     )
                     .await;
                 }
@@ -258,38 +319,40 @@ impl ClusterSource {
         }))
     }
 
+    /// Sets readiness once every watch has applied its first list. Polled: the watches are
+    /// plain loops that only flip flags.
     async fn mark_ready(self: Arc<Self>) {
         let v = &self.view;
-        let secrets = async {
-            match &v.secrets {
-                Some(store) => store.wait_until_ready().await,
-                None => Ok(()),
+        loop {
+            let managers = v.managers.read().is_ok_and(|m| m.listed == [true, true]);
+            let inventory = v.inventory.read().is_ok_and(|i| {
+                i.namespaces.is_ready() && i.secrets.as_ref().is_none_or(SecretSet::is_ready)
+            });
+            if managers && inventory {
+                break;
             }
-        };
-        let synced = future::try_join3(
-            v.namespaced.wait_until_ready(),
-            v.cluster.wait_until_ready(),
-            secrets,
-        )
-        .await;
-        while !v.namespaces.is_ready() {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        if synced.is_ok() {
-            v.recompile();
-            self.ready.store(true, Ordering::Release);
-            tracing::info!(
-                managers = v.managers().len(),
-                namespaces = v.namespaces.len(),
-                secrets = v.secrets.as_ref().map(Store::len),
-                "caches synced; ready"
-            );
-        }
-    }
-
-    /// The stores, for reuse by the controller.
-    pub fn stores(&self) -> &ClusterView {
-        &self.view
+        self.ready.store(true, Ordering::Release);
+        let managers = v.managers.read().map(|m| m.index.len()).unwrap_or(0);
+        let (namespaces, secrets, strings) = v
+            .inventory
+            .read()
+            .map(|i| {
+                (
+                    i.namespaces.len(),
+                    i.secrets.as_ref().map(SecretSet::len),
+                    i.symbols.len(),
+                )
+            })
+            .unwrap_or_default();
+        tracing::info!(
+            managers,
+            namespaces,
+            secrets,
+            strings,
+            "caches synced; ready"
+        );
     }
 }
 
@@ -340,25 +403,9 @@ impl Readiness for ClusterSource {
 
 #[cfg(test)]
 mod tests {
-    use kube::runtime::reflector::store::Writer;
-
     use super::*;
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-    fn fill<K>(objects: Vec<K>) -> Store<K>
-    where
-        K: Resource + Clone + 'static,
-        K::DynamicType: Eq + std::hash::Hash + Clone + Default,
-    {
-        let mut writer = Writer::default();
-        writer.apply_watcher_event(&watcher::Event::Init);
-        for o in objects {
-            writer.apply_watcher_event(&watcher::Event::InitApply(o));
-        }
-        writer.apply_watcher_event(&watcher::Event::InitDone);
-        writer.as_reader()
-    }
 
     fn meta<K: Resource>(
         value: serde_json::Value,
@@ -366,8 +413,27 @@ mod tests {
         serde_json::from_value(value)
     }
 
+    fn feed<K: WatchedManager>(view: &ClusterView, events: Vec<watcher::Event<K>>) {
+        let mut relisted = None;
+        for event in events {
+            if let Ok(mut managers) = view.managers.write() {
+                managers.apply_event(&mut relisted, event);
+            }
+        }
+    }
+
+    fn names(view: &ClusterView, namespace: &str) -> Vec<String> {
+        let ns = view
+            .namespace(namespace)
+            .unwrap_or_else(|| NamespaceMeta::named(namespace));
+        view.managers_in(&ns)
+            .iter()
+            .map(|m| m.id.name.clone())
+            .collect()
+    }
+
     #[test]
-    fn view_compiles_managers_oldest_first_and_answers_from_the_stores() -> TestResult {
+    fn view_files_managers_oldest_first_and_answers_from_the_watches() -> TestResult {
         let newer: ClusterImagePullSecretManager = serde_json::from_value(serde_json::json!({
             "apiVersion": "cheiron.anny.co/v1alpha1", "kind": "ClusterImagePullSecretManager",
             "metadata": {"name": "newer", "creationTimestamp": "2026-02-01T00:00:00Z"},
@@ -378,34 +444,46 @@ mod tests {
             "metadata": {"name": "older", "namespace": "team", "creationTimestamp": "2026-01-01T00:00:00Z"},
             "spec": {"secrets": [{"existingSecretRef": {"name": "a"}}]},
         }))?;
-        let view = ClusterView {
-            managers: Arc::new(RwLock::new(Arc::from(Vec::new()))),
-            namespaced: fill(vec![older]),
-            cluster: fill(vec![newer]),
-            namespaces: {
-                let index = NamespaceIndex::default();
-                index.apply(&watcher::Event::Init);
-                index.apply(&watcher::Event::InitApply(meta::<Namespace>(
-                    serde_json::json!({
-                        "apiVersion": "v1", "kind": "Namespace",
-                        "metadata": {"name": "team", "labels": {"tier": "apps"}},
-                    }),
-                )?));
-                index.apply(&watcher::Event::InitDone);
-                index
-            },
-            secrets: Some(fill(vec![meta::<Secret>(serde_json::json!({
-                "apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": "a", "namespace": "team"},
-            }))?])),
-        };
-        assert!(
-            view.managers().is_empty(),
-            "nothing compiled before the first recompile"
+        let view = ClusterView::default();
+        feed(
+            &view,
+            vec![
+                watcher::Event::Init,
+                watcher::Event::InitApply(older),
+                watcher::Event::InitDone,
+            ],
         );
-        view.recompile();
-        let names: Vec<_> = view.managers().iter().map(|m| m.id.name.clone()).collect();
-        assert_eq!(names, ["older", "newer"]);
+        feed(
+            &view,
+            vec![
+                watcher::Event::Init,
+                watcher::Event::InitApply(newer),
+                watcher::Event::InitDone,
+            ],
+        );
+        if let Ok(mut inventory) = view.inventory.write() {
+            let Inventory {
+                symbols,
+                namespaces,
+                secrets,
+            } = &mut *inventory;
+            namespaces.apply(
+                symbols,
+                &watcher::Event::Apply(meta::<Namespace>(serde_json::json!({
+                    "apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": "team", "labels": {"tier": "apps"}},
+                }))?),
+            );
+            secrets.get_or_insert_with(SecretSet::default).apply(
+                symbols,
+                &watcher::Event::Apply(meta::<Secret>(serde_json::json!({
+                    "apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "a", "namespace": "team"},
+                }))?),
+            );
+        }
+        assert_eq!(names(&view, "team"), ["older", "newer"]);
+        assert_eq!(names(&view, "elsewhere"), ["newer"]);
         let team = view.namespace("team").ok_or("team missing")?;
         assert_eq!(team.labels.get("tier").map(String::as_str), Some("apps"));
         assert_eq!(view.namespace("elsewhere"), None);
@@ -416,23 +494,89 @@ mod tests {
     }
 
     #[test]
+    fn managers_being_deleted_invalid_or_not_relisted_are_dropped() -> TestResult {
+        let manager = |name: &str, extra: serde_json::Value| {
+            let mut value = serde_json::json!({
+                "apiVersion": "cheiron.anny.co/v1alpha1", "kind": "ClusterImagePullSecretManager",
+                "metadata": {"name": name},
+                "spec": {"secrets": [{"existingSecretRef": {"name": "b", "namespace": "cheiron"}}]},
+            });
+            if let (Some(target), Some(extra)) = (value.as_object_mut(), extra.as_object()) {
+                for (k, v) in extra {
+                    match target.get_mut(k) {
+                        Some(serde_json::Value::Object(o)) => {
+                            o.extend(v.as_object().cloned().unwrap_or_default())
+                        }
+                        _ => {
+                            target.insert(k.clone(), v.clone());
+                        }
+                    }
+                }
+            }
+            serde_json::from_value::<ClusterImagePullSecretManager>(value)
+        };
+        let view = ClusterView::default();
+        feed(
+            &view,
+            vec![
+                watcher::Event::Init,
+                watcher::Event::InitApply(manager("kept", serde_json::json!({}))?),
+                watcher::Event::InitApply(manager("leaving", serde_json::json!({}))?),
+                watcher::Event::InitDone,
+            ],
+        );
+        assert_eq!(names(&view, "x"), ["kept", "leaving"]);
+        feed(
+            &view,
+            vec![watcher::Event::Apply(manager(
+                "leaving",
+                serde_json::json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}),
+            )?)],
+        );
+        assert_eq!(
+            names(&view, "x"),
+            ["kept"],
+            "being deleted: injects nothing"
+        );
+        feed(
+            &view,
+            vec![watcher::Event::Apply(manager(
+                "kept",
+                serde_json::json!({"spec": {"namespaces": ["NOT A GLOB"]}}),
+            )?)],
+        );
+        assert!(names(&view, "x").is_empty(), "no longer compiles: dropped");
+        feed(
+            &view,
+            vec![
+                watcher::Event::Apply(manager("back", serde_json::json!({}))?),
+                watcher::Event::Init,
+                watcher::Event::InitDone,
+            ],
+        );
+        assert!(names(&view, "x").is_empty(), "a relist that lists nothing");
+        Ok(())
+    }
+
+    #[test]
     fn the_webhook_keeps_no_credential_of_a_manager() -> TestResult {
-        let mut manager: ImagePullSecretManager = serde_json::from_value(serde_json::json!({
+        let manager: ImagePullSecretManager = serde_json::from_value(serde_json::json!({
             "apiVersion": "cheiron.anny.co/v1alpha1", "kind": "ImagePullSecretManager",
             "metadata": {"name": "m", "namespace": "team",
                          "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...s3cr3t...}"}},
             "spec": {"secrets": [{"name": "hub", "registry": "docker.io", "username": "alice",
                                   "password": "s3cr3t", "email": "a@example.com"}]},
         }))?;
-        trim_manager(|m: &mut ImagePullSecretManager| &mut m.spec.secrets)(&mut manager);
-        let kept = serde_json::to_string(&manager)?;
+        let view = ClusterView::default();
+        feed(&view, vec![watcher::Event::Apply(manager)]);
+        let kept = view.managers_in(&NamespaceMeta::named("team"));
+        let kept_text = format!("{kept:?}");
         for gone in ["s3cr3t", "alice", "a@example.com"] {
-            assert!(!kept.contains(gone), "{gone} kept in {kept}");
+            assert!(!kept_text.contains(gone), "{gone} kept in {kept_text}");
         }
-        let compiled = Manager::from_namespaced(&manager)?;
         assert_eq!(
-            compiled.secret_names(),
-            ["hub"],
+            kept.first().map(|m| m.secret_names().to_vec()),
+            Some(vec!["hub".to_owned()]),
             "admission still has what it needs"
         );
         Ok(())
@@ -440,13 +584,7 @@ mod tests {
 
     #[test]
     fn without_a_secret_cache_the_view_says_it_cannot_tell() {
-        let view = ClusterView {
-            managers: Arc::new(RwLock::new(Arc::from(Vec::new()))),
-            namespaced: fill(vec![]),
-            cluster: fill(vec![]),
-            namespaces: NamespaceIndex::default(),
-            secrets: None,
-        };
+        let view = ClusterView::default();
         assert_eq!(
             view.secret_exists("team", "a"),
             None,

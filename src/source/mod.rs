@@ -1,10 +1,12 @@
 //! Where the webhook's [`View`] comes from: files (`--from`, static mode) or the cluster
-//! (kube-runtime reflector stores). Both sit behind [`Source`].
+//! (kube-runtime watches). Both sit behind [`Source`].
 
 mod cluster;
 mod file;
 mod lookup;
 mod namespaces;
+mod secrets;
+mod symbols;
 
 pub use cluster::{ClusterSource, ClusterView};
 pub use file::{FileSource, LoadError, load_paths};
@@ -12,7 +14,6 @@ pub use lookup::{
     DEFAULT_LOOKUP_BURST, DEFAULT_LOOKUP_RATE, DEFAULT_MISS_CACHE_SIZE, DEFAULT_MISS_TTL,
     LookupDecision, LookupGuard, LookupLimits, MissCache, TokenBucket, is_namespace_name,
 };
-pub use namespaces::NamespaceIndex;
 
 /// How long a live namespace lookup may take before the object is admitted unchanged.
 pub const NAMESPACE_LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);

@@ -1,102 +1,161 @@
-//! The webhook's namespaces: name → labels and cheiron's own annotations, kept current from a
-//! metadata watch. A reflector store would hold every namespace's whole `ObjectMeta`; the
-//! policy reads only labels and `cheiron.anny.co/*` annotations, and with 10 000 namespaces
-//! the difference is most of the webhook's memory.
+//! The webhook's namespaces: name → labels and cheiron's own annotations, as interned
+//! [`Sym`]s, kept current from a metadata watch. A reflector store would hold every
+//! namespace's whole `ObjectMeta` (about 1 KiB each); the policy reads only labels and
+//! `cheiron.anny.co/*` annotations, and at 100 000 namespaces the difference is most of the
+//! webhook's memory.
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    sync::{Arc, RwLock},
-};
+use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{ResourceExt, core::PartialObjectMeta, runtime::watcher};
 
+use super::symbols::{Sym, Symbols};
 use crate::policy::NamespaceMeta;
 
 /// Annotation keys kept: the only namespace annotations the policy reads are cheiron's.
 const KEPT_ANNOTATION_PREFIX: &str = "cheiron.anny.co/";
 
-#[derive(Default)]
-struct Index {
-    current: HashMap<String, Arc<NamespaceMeta>>,
-    /// The namespaces of a (re)list in progress, swapped in at its end.
-    relisting: Option<HashMap<String, Arc<NamespaceMeta>>>,
+/// The label the apiserver puts on every namespace, whose value is the namespace's name: not
+/// stored again, only flagged.
+const NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// One namespace, compactly.
+#[derive(Debug)]
+struct Entry {
+    /// Labels, then annotations, as (key, value).
+    pairs: Box<[(Sym, Sym)]>,
+    /// How many of `pairs` are labels.
+    labels: u16,
+    /// Labelled [`NAME_LABEL`] with its own name.
+    named: bool,
+    /// Listed by the relist in progress (or by the last one).
+    seen: bool,
+}
+
+/// Namespaces by name, over a [`Symbols`] table the caller owns (shared with the Secrets).
+#[derive(Debug, Default)]
+pub struct NamespaceTable {
+    entries: HashMap<Sym, Entry>,
     ready: bool,
 }
 
-/// Namespaces by name; cheap to clone (shared).
-#[derive(Clone, Default)]
-pub struct NamespaceIndex {
-    index: Arc<RwLock<Index>>,
-}
-
-fn compact(ns: &PartialObjectMeta<Namespace>) -> (String, Arc<NamespaceMeta>) {
-    let name = ns.name_any();
-    let annotations: BTreeMap<String, String> = ns
-        .metadata
-        .annotations
-        .iter()
-        .flatten()
-        .filter(|(k, _)| k.starts_with(KEPT_ANNOTATION_PREFIX))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let meta = NamespaceMeta {
-        name: name.clone(),
-        labels: ns.metadata.labels.clone().unwrap_or_default(),
-        annotations,
-    };
-    (name, Arc::new(meta))
-}
-
-impl NamespaceIndex {
-    /// Applies one watch event.
-    pub fn apply(&self, event: &watcher::Event<PartialObjectMeta<Namespace>>) {
-        let Ok(mut index) = self.index.write() else {
-            return;
-        };
+impl NamespaceTable {
+    /// Applies one watch event. A relist updates in place and, at its end, drops the
+    /// namespaces it did not list.
+    pub fn apply(
+        &mut self,
+        symbols: &mut Symbols,
+        event: &watcher::Event<PartialObjectMeta<Namespace>>,
+    ) {
         match event {
-            watcher::Event::Init => index.relisting = Some(HashMap::new()),
-            watcher::Event::InitApply(ns) => {
-                let (name, meta) = compact(ns);
-                index
-                    .relisting
-                    .get_or_insert_with(HashMap::new)
-                    .insert(name, meta);
+            watcher::Event::Init => {
+                for entry in self.entries.values_mut() {
+                    entry.seen = false;
+                }
             }
+            watcher::Event::InitApply(ns) | watcher::Event::Apply(ns) => self.upsert(symbols, ns),
             watcher::Event::InitDone => {
-                index.current = index.relisting.take().unwrap_or_default();
-                index.current.shrink_to_fit();
-                index.ready = true;
-            }
-            watcher::Event::Apply(ns) => {
-                let (name, meta) = compact(ns);
-                index.current.insert(name, meta);
+                let gone: Vec<Sym> = self
+                    .entries
+                    .iter()
+                    .filter(|(_, e)| !e.seen)
+                    .map(|(name, _)| *name)
+                    .collect();
+                for name in gone {
+                    self.remove(symbols, name);
+                }
+                self.entries.shrink_to_fit();
+                symbols.shrink_to_fit();
+                self.ready = true;
             }
             watcher::Event::Delete(ns) => {
-                index.current.remove(&ns.name_any());
+                if let Some(name) = symbols.get(&ns.name_any()) {
+                    self.remove(symbols, name);
+                }
             }
         }
     }
 
-    /// The namespace, if known.
-    pub fn get(&self, name: &str) -> Option<NamespaceMeta> {
-        let index = self.index.read().ok()?;
-        index.current.get(name).map(|m| NamespaceMeta::clone(m))
+    fn upsert(&mut self, symbols: &mut Symbols, ns: &PartialObjectMeta<Namespace>) {
+        let name = ns.name_any();
+        let labels = ns.metadata.labels.iter().flatten();
+        let named = labels.clone().any(|(k, v)| k == NAME_LABEL && *v == name);
+        let labels: Vec<(&String, &String)> = labels
+            .filter(|(k, v)| !(named && *k == NAME_LABEL && **v == name))
+            .collect();
+        let annotations = ns
+            .metadata
+            .annotations
+            .iter()
+            .flatten()
+            .filter(|(k, _)| k.starts_with(KEPT_ANNOTATION_PREFIX));
+        // Label keys are at most 316 bytes and a namespace has few; a count that does not
+        // fit is clamped, and the labels past it are read as annotations (never by the policy).
+        let label_count = u16::try_from(labels.len()).unwrap_or(u16::MAX);
+        let pairs: Box<[(Sym, Sym)]> = labels
+            .into_iter()
+            .chain(annotations)
+            .map(|(k, v)| (symbols.intern(k), symbols.intern(v)))
+            .collect();
+        let entry = Entry {
+            pairs,
+            labels: label_count,
+            named,
+            seen: true,
+        };
+        let sym = symbols.intern(&name);
+        if let Some(old) = self.entries.insert(sym, entry) {
+            // The name was held already: give back its second reference and the old pairs.
+            symbols.release(sym);
+            release_pairs(symbols, &old);
+        }
+    }
+
+    fn remove(&mut self, symbols: &mut Symbols, name: Sym) {
+        if let Some(old) = self.entries.remove(&name) {
+            release_pairs(symbols, &old);
+            symbols.release(name);
+        }
+    }
+
+    /// The namespace, if known, as the policy reads it.
+    pub fn get(&self, symbols: &Symbols, name: &str) -> Option<NamespaceMeta> {
+        let entry = self.entries.get(&symbols.get(name)?)?;
+        let (labels, annotations) = entry
+            .pairs
+            .split_at(usize::from(entry.labels).min(entry.pairs.len()));
+        let map = |pairs: &[(Sym, Sym)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (symbols.text(*k).to_owned(), symbols.text(*v).to_owned()))
+                .collect()
+        };
+        let mut labels = map(labels);
+        if entry.named {
+            labels.insert(NAME_LABEL.to_owned(), name.to_owned());
+        }
+        Some(NamespaceMeta {
+            name: name.to_owned(),
+            labels,
+            annotations: map(annotations),
+        })
     }
 
     /// True once the first list has been applied.
     pub fn is_ready(&self) -> bool {
-        self.index.read().is_ok_and(|i| i.ready)
+        self.ready
     }
 
     /// Namespaces known.
     pub fn len(&self) -> usize {
-        self.index.read().map(|i| i.current.len()).unwrap_or(0)
+        self.entries.len()
     }
+}
 
-    /// True when no namespace is known.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+fn release_pairs(symbols: &mut Symbols, entry: &Entry) {
+    for (k, v) in &entry.pairs {
+        symbols.release(*k);
+        symbols.release(*v);
     }
 }
 
@@ -127,54 +186,105 @@ mod tests {
 
     #[test]
     fn keeps_labels_and_only_cheirons_annotations() {
-        let index = NamespaceIndex::default();
-        index.apply(&watcher::Event::Init);
-        index.apply(&watcher::Event::InitApply(ns(
-            "team",
-            &[("tier", "apps")],
-            &[
-                ("cheiron.anny.co/ignore", "true"),
-                ("kubectl.kubernetes.io/last-applied-configuration", "{...}"),
-            ],
-        )));
-        assert!(!index.is_ready(), "not ready before the list is complete");
-        assert_eq!(index.get("team"), None, "a list in progress is not visible");
-        index.apply(&watcher::Event::InitDone);
-        assert!(index.is_ready());
-        let team = index.get("team").unwrap_or_default();
-        assert_eq!(team.labels.get("tier").map(String::as_str), Some("apps"));
-        assert_eq!(team.annotations.len(), 1);
+        let (mut table, mut symbols) = (NamespaceTable::default(), Symbols::default());
+        table.apply(&mut symbols, &watcher::Event::Init);
+        table.apply(
+            &mut symbols,
+            &watcher::Event::InitApply(ns(
+                "team",
+                &[("tier", "apps"), (NAME_LABEL, "team")],
+                &[
+                    ("cheiron.anny.co/ignore", "true"),
+                    ("kubectl.kubernetes.io/last-applied-configuration", "{...}"),
+                ],
+            )),
+        );
+        assert!(!table.is_ready(), "not ready before the list is complete");
+        table.apply(&mut symbols, &watcher::Event::InitDone);
+        assert!(table.is_ready());
+        let team = table.get(&symbols, "team").unwrap_or_default();
         assert_eq!(
-            team.annotations
-                .get("cheiron.anny.co/ignore")
-                .map(String::as_str),
-            Some("true")
+            team.labels,
+            BTreeMap::from([
+                ("tier".to_owned(), "apps".to_owned()),
+                (NAME_LABEL.to_owned(), "team".to_owned()),
+            ])
+        );
+        assert_eq!(
+            team.annotations,
+            BTreeMap::from([("cheiron.anny.co/ignore".to_owned(), "true".to_owned())])
+        );
+        assert!(
+            symbols.get("{...}").is_none(),
+            "other annotations are not kept"
         );
     }
 
     #[test]
+    fn a_name_label_that_is_not_the_name_is_kept_as_it_is() {
+        let (mut table, mut symbols) = (NamespaceTable::default(), Symbols::default());
+        table.apply(
+            &mut symbols,
+            &watcher::Event::Apply(ns("a", &[(NAME_LABEL, "b")], &[])),
+        );
+        let a = table.get(&symbols, "a").unwrap_or_default();
+        assert_eq!(a.labels.get(NAME_LABEL).map(String::as_str), Some("b"));
+    }
+
+    #[test]
     fn follows_applies_deletes_and_relists() {
-        let index = NamespaceIndex::default();
-        index.apply(&watcher::Event::Init);
-        index.apply(&watcher::Event::InitApply(ns("a", &[], &[])));
-        index.apply(&watcher::Event::InitApply(ns("b", &[], &[])));
-        index.apply(&watcher::Event::InitDone);
-        index.apply(&watcher::Event::Apply(ns("c", &[("x", "1")], &[])));
-        index.apply(&watcher::Event::Delete(ns("a", &[], &[])));
-        assert_eq!((index.get("a"), index.len()), (None, 2));
-        assert_eq!(index.get("c").map(|c| c.labels.len()), Some(1));
-        // A relist replaces everything at its end; until then the old view stays.
-        index.apply(&watcher::Event::Init);
-        index.apply(&watcher::Event::InitApply(ns("d", &[], &[])));
-        assert_eq!(index.len(), 2);
-        index.apply(&watcher::Event::InitDone);
+        let (mut table, mut symbols) = (NamespaceTable::default(), Symbols::default());
+        table.apply(&mut symbols, &watcher::Event::Init);
+        table.apply(&mut symbols, &watcher::Event::InitApply(ns("a", &[], &[])));
+        table.apply(&mut symbols, &watcher::Event::InitApply(ns("b", &[], &[])));
+        table.apply(&mut symbols, &watcher::Event::InitDone);
+        table.apply(
+            &mut symbols,
+            &watcher::Event::Apply(ns("c", &[("x", "1")], &[])),
+        );
+        table.apply(&mut symbols, &watcher::Event::Delete(ns("a", &[], &[])));
+        assert_eq!((table.get(&symbols, "a"), table.len()), (None, 2));
+        assert_eq!(table.get(&symbols, "c").map(|c| c.labels.len()), Some(1));
+        // A relist updates in place; what it did not list goes at its end.
+        table.apply(&mut symbols, &watcher::Event::Init);
+        table.apply(&mut symbols, &watcher::Event::InitApply(ns("d", &[], &[])));
+        assert_eq!(table.len(), 3, "b and c stay until the relist ends");
+        table.apply(&mut symbols, &watcher::Event::InitDone);
         assert_eq!(
             (
-                index.len(),
-                index.get("d").is_some(),
-                index.get("b").is_some()
+                table.len(),
+                table.get(&symbols, "d").is_some(),
+                table.get(&symbols, "b").is_some()
             ),
             (1, true, false)
         );
+    }
+
+    #[test]
+    fn changes_and_deletions_give_every_string_back() {
+        let (mut table, mut symbols) = (NamespaceTable::default(), Symbols::default());
+        for round in 0..3 {
+            for i in 0..20 {
+                let group = format!("g{}", (i + round) % 4);
+                table.apply(
+                    &mut symbols,
+                    &watcher::Event::Apply(ns(
+                        &format!("ns-{i}"),
+                        &[("group", &group), (NAME_LABEL, &format!("ns-{i}"))],
+                        &[("cheiron.anny.co/ignore", "false")],
+                    )),
+                );
+            }
+        }
+        // Names, "group", 4 values, the annotation's key and value.
+        assert_eq!(symbols.len(), 20 + 1 + 4 + 2);
+        for i in 0..20 {
+            table.apply(
+                &mut symbols,
+                &watcher::Event::Delete(ns(&format!("ns-{i}"), &[], &[])),
+            );
+        }
+        assert!(table.len() == 0);
+        assert!(symbols.len() == 0, "{} strings left", symbols.len());
     }
 }
