@@ -177,14 +177,14 @@ pub struct ControllerCommand {
 impl ControllerCommand {
     /// Runs the controller and its admin server until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let Self {
-            admin: AdminArgs { admin_listen },
-            controller,
-        } = self;
+        let Self { admin, controller } = self;
         let client = client().await?;
+        let (admin_listen, metrics_access) = admin.resolve(Some(&client)).await?;
         let metrics = Arc::new(Metrics::new());
         let ready = Arc::new(ControllerReady::default());
-        let admin = AdminState::new(ready.clone(), metrics.clone()).with_shutdown(shutdown.clone());
+        let admin = AdminState::new(ready.clone(), metrics.clone())
+            .with_shutdown(shutdown.clone())
+            .with_metrics_access(metrics_access);
         let admin_server = tokio::spawn(
             serve_admin(admin_listen, admin)
                 .await
@@ -225,9 +225,11 @@ impl RunCommand {
             tokio::spawn(async move { controller.run(client, metrics, ready, shutdown).await })
         };
         let served = async {
-            let (source, watches) = ClusterSource::start(client).await?;
+            let (source, watches) = ClusterSource::start(client.clone()).await?;
             tokio::spawn(watches);
-            webhook.run(source, metrics, shutdown.clone()).await
+            webhook
+                .run(source, Some(&client), metrics, shutdown.clone())
+                .await
         }
         .await;
         shutdown.cancel();

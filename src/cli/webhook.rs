@@ -7,13 +7,14 @@ use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    admin::{CacheLimits, MetricsAccess, MetricsAuth, access::DEFAULT_CACHE_SIZE},
     metrics::Metrics,
     source::{ClusterSource, FileSource, LookupLimits, Source},
     tls::TlsSource,
     webhook::{self, Limits, WebhookOptions},
 };
 
-/// The admin server (`/healthz`, `/readyz`, `/metrics`).
+/// The admin server (`/healthz`, `/readyz`, `/metrics`) and who may read its metrics.
 #[derive(Args, Debug, Clone)]
 pub struct AdminArgs {
     /// Plain-HTTP address of /healthz, /readyz and /metrics.
@@ -24,6 +25,63 @@ pub struct AdminArgs {
         env = "CHEIRON_ADMIN_LISTEN"
     )]
     pub admin_listen: SocketAddr,
+    /// Who may read /metrics: `none`, anyone who reaches the admin port (restrict it with a
+    /// NetworkPolicy); `kubernetes`, a bearer token the apiserver authenticates (TokenReview)
+    /// of a user allowed to `get` the non-resource URL /metrics (SubjectAccessReview), which
+    /// needs RBAC to create both reviews. /healthz and /readyz stay open.
+    #[arg(
+        long,
+        value_name = "AUTH",
+        value_enum,
+        default_value_t = MetricsAuth::None,
+        env = "CHEIRON_METRICS_AUTH"
+    )]
+    pub metrics_auth: MetricsAuth,
+    /// Most /metrics decisions remembered at once (`--metrics-auth kubernetes`), by the
+    /// token's SHA-256.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_CACHE_SIZE, value_parser = parse_count, env = "CHEIRON_METRICS_AUTH_CACHE_SIZE")]
+    pub metrics_auth_cache_size: usize,
+    /// Seconds an allowed /metrics decision is remembered (`--metrics-auth kubernetes`);
+    /// refusals at most 10. 0 asks the apiserver on every scrape.
+    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = parse_seconds, env = "CHEIRON_METRICS_AUTH_CACHE_TTL")]
+    pub metrics_auth_cache_ttl: Duration,
+}
+
+impl AdminArgs {
+    /// The admin address, and who may read `/metrics` there. With `--metrics-auth kubernetes`,
+    /// `client` reviews the tokens; without one (static mode), a client is built from the
+    /// environment.
+    pub async fn resolve(
+        self,
+        client: Option<&kube::Client>,
+    ) -> anyhow::Result<(SocketAddr, MetricsAccess)> {
+        let Self {
+            admin_listen,
+            metrics_auth,
+            metrics_auth_cache_size,
+            metrics_auth_cache_ttl,
+        } = self;
+        let access = match metrics_auth {
+            MetricsAuth::None => MetricsAccess::Open,
+            MetricsAuth::Kubernetes => {
+                let client = match client {
+                    Some(client) => client.clone(),
+                    None => kube::Client::try_default().await.context(
+                        "--metrics-auth kubernetes reviews tokens with the apiserver, which \
+                         cannot be reached (set KUBECONFIG or run in a Pod)",
+                    )?,
+                };
+                MetricsAccess::kubernetes(
+                    client,
+                    CacheLimits {
+                        size: metrics_auth_cache_size,
+                        ttl: metrics_auth_cache_ttl,
+                    },
+                )
+            }
+        };
+        Ok((admin_listen, access))
+    }
 }
 
 /// Where the serving certificate comes from: exactly one of the two.
@@ -190,20 +248,22 @@ impl LimitArgs {
 
 impl ServeArgs {
     /// Serves admission from `source` until `shutdown` is cancelled and connections have
-    /// drained.
+    /// drained. `client` (cluster mode) also reviews `/metrics` tokens.
     pub async fn run(
         self,
         source: Arc<dyn Source>,
+        client: Option<&kube::Client>,
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
         let Self {
             listen,
-            admin: AdminArgs { admin_listen },
+            admin,
             tls,
             shutdown_delay,
             limits,
         } = self;
+        let (admin_listen, metrics_access) = admin.resolve(client).await?;
         let options = WebhookOptions {
             listen,
             admin_listen,
@@ -211,7 +271,9 @@ impl ServeArgs {
             shutdown_delay,
         };
         let (handshake_timeout, limits) = limits.limits();
-        let config = options.with_limits(handshake_timeout, limits);
+        let config = options
+            .with_limits(handshake_timeout, limits)
+            .with_metrics_access(metrics_access);
         webhook::run(config, source, metrics, shutdown).await?;
         Ok(())
     }
@@ -285,19 +347,21 @@ impl WebhookArgs {
     /// Serves until `shutdown` is cancelled and connections have drained.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let Self { serve, from } = self;
-        let source: Arc<dyn Source> = if from.is_empty() {
+        let (source, client): (Arc<dyn Source>, _) = if from.is_empty() {
             let client = kube::Client::try_default().await.context(
                 "cannot reach the cluster (set KUBECONFIG, run in a Pod, or use --from for static mode)",
             )?;
-            let (source, watches) = ClusterSource::start(client).await?;
+            let (source, watches) = ClusterSource::start(client.clone()).await?;
             tokio::spawn(watches);
-            source
+            (source, Some(client))
         } else {
             let source = FileSource::load(&from)?;
             tracing::info!(paths = ?from, "static mode");
-            Arc::new(source)
+            (Arc::new(source), None)
         };
-        serve.run(source, Arc::new(Metrics::new()), shutdown).await
+        serve
+            .run(source, client.as_ref(), Arc::new(Metrics::new()), shutdown)
+            .await
     }
 }
 
@@ -333,6 +397,56 @@ mod tests {
         assert!(parse_count("0").is_err());
         assert_eq!(parse_count("7"), Ok(7));
         assert!(parse_streams("5000000000").is_err());
+    }
+
+    #[derive(clap::Parser)]
+    struct Admin {
+        #[command(flatten)]
+        admin: AdminArgs,
+    }
+
+    #[test]
+    fn metrics_are_open_by_default_and_the_cache_flags_default_to_the_named_limits() {
+        let parsed = <Admin as clap::Parser>::try_parse_from(["cheiron"]).unwrap();
+        assert_eq!(parsed.admin.metrics_auth, MetricsAuth::None);
+        assert_eq!(
+            CacheLimits {
+                size: parsed.admin.metrics_auth_cache_size,
+                ttl: parsed.admin.metrics_auth_cache_ttl,
+            },
+            CacheLimits::default()
+        );
+    }
+
+    #[test]
+    fn metrics_auth_takes_none_or_kubernetes_and_a_cache_of_at_least_one() {
+        let parse = |args: &[&str]| {
+            <Admin as clap::Parser>::try_parse_from(
+                std::iter::once("cheiron").chain(args.iter().copied()),
+            )
+            .map(|p| p.admin)
+        };
+        let admin = parse(&[
+            "--metrics-auth=kubernetes",
+            "--metrics-auth-cache-size=8",
+            "--metrics-auth-cache-ttl=0",
+        ])
+        .unwrap();
+        assert_eq!(admin.metrics_auth, MetricsAuth::Kubernetes);
+        assert_eq!(admin.metrics_auth_cache_size, 8);
+        assert_eq!(admin.metrics_auth_cache_ttl, Duration::ZERO);
+        assert!(parse(&["--metrics-auth=basic"]).is_err());
+        assert!(parse(&["--metrics-auth-cache-size=0"]).is_err());
+    }
+
+    #[tokio::test]
+    async fn open_metrics_need_no_cluster() {
+        let admin = <Admin as clap::Parser>::try_parse_from(["cheiron"])
+            .unwrap()
+            .admin;
+        let (address, access) = admin.resolve(None).await.unwrap();
+        assert_eq!(address.port(), 8080);
+        assert_eq!(access, MetricsAccess::Open);
     }
 
     #[derive(clap::Parser)]

@@ -19,7 +19,7 @@ mod desired;
 mod dockerconfig;
 mod error;
 #[cfg(test)]
-mod fake_api;
+pub(crate) mod fake_api;
 mod kinds;
 mod leader;
 mod plan;

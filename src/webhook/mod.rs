@@ -48,7 +48,7 @@ pub use server::{DRAIN_TIMEOUT, HANDSHAKE_TIMEOUT, Listeners, Timing, Tuning, se
 
 pub use crate::tls::TlsSource;
 use crate::{
-    admin::{AdminState, Readiness},
+    admin::{AdminState, MetricsAccess, Readiness},
     metrics::Metrics,
     source::{LookupGuard, Source},
     tls::{CertDir, CertResolver, RELOAD_PERIOD, TlsError},
@@ -83,6 +83,8 @@ pub struct WebhookConfig {
     pub handshake_timeout: Duration,
     /// What clients can hold.
     pub limits: Limits,
+    /// Who may read `/metrics` (default: anyone who reaches the admin port).
+    pub metrics_access: MetricsAccess,
 }
 
 impl WebhookOptions {
@@ -92,7 +94,16 @@ impl WebhookOptions {
             options: self,
             handshake_timeout,
             limits,
+            metrics_access: MetricsAccess::Open,
         }
+    }
+}
+
+impl WebhookConfig {
+    /// `/metrics` answers only who `access` lets in (`--metrics-auth`).
+    pub fn with_metrics_access(mut self, access: MetricsAccess) -> Self {
+        self.metrics_access = access;
+        self
     }
 }
 
@@ -179,6 +190,12 @@ impl WebhookState {
         self
     }
 
+    /// `/metrics` answers only who `access` lets in.
+    pub fn with_metrics_access(mut self, access: MetricsAccess) -> Self {
+        self.admin = self.admin.with_metrics_access(access);
+        self
+    }
+
     /// The state of the admin router serving alongside this webhook.
     pub fn admin(&self) -> AdminState {
         self.admin.clone()
@@ -214,6 +231,7 @@ pub async fn run(
             },
         handshake_timeout,
         limits,
+        metrics_access,
     } = config.into();
     // Stops the reloader when serving ends, whichever way.
     let reloading = CancellationToken::new();
@@ -246,6 +264,7 @@ pub async fn run(
                 ..Timing::new(shutdown_delay)
             },
             limits,
+            metrics_access,
         },
     )
     .await

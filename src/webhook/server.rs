@@ -29,7 +29,7 @@ use super::{
     },
     router,
 };
-use crate::admin::admin_router;
+use crate::admin::{MetricsAccess, admin_router};
 use crate::{
     metrics::{ConnectionMetrics, Metrics},
     source::Source,
@@ -84,14 +84,16 @@ impl Timing {
     }
 }
 
-/// How [`serve`] is tuned: the shutdown sequence and the limits on clients. A [`Timing`]
-/// alone means the default [`Limits`].
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// How [`serve`] is tuned: the shutdown sequence, the limits on clients and who may read
+/// `/metrics`. A [`Timing`] alone means the default [`Limits`] and an open `/metrics`.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Tuning {
     /// The durations of the shutdown sequence, and the TLS handshake timeout.
     pub timing: Timing,
     /// What clients can hold.
     pub limits: Limits,
+    /// Who may read `/metrics` on the admin port (`--metrics-auth`).
+    pub metrics_access: MetricsAccess,
 }
 
 impl From<Timing> for Tuning {
@@ -99,6 +101,7 @@ impl From<Timing> for Tuning {
         Self {
             timing,
             limits: Limits::default(),
+            metrics_access: MetricsAccess::Open,
         }
     }
 }
@@ -122,13 +125,18 @@ pub async fn serve(
     shutdown: CancellationToken,
     tuning: impl Into<Tuning>,
 ) -> Result<(), WebhookError> {
-    let Tuning { timing, limits } = tuning.into();
+    let Tuning {
+        timing,
+        limits,
+        metrics_access,
+    } = tuning.into();
     let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(Arc::clone(&certificate))?));
     metrics.certificate_expiry.set(certificate.not_after());
     let state = WebhookState::new(source, Arc::clone(&metrics))
         .with_limits(&limits)
         .with_shutdown(shutdown.clone())
-        .with_certificate(certificate);
+        .with_certificate(certificate)
+        .with_metrics_access(metrics_access);
     let protocols = Arc::new(Protocols::new(&limits));
     let timers = Timers {
         preface: limits.http2_preface_timeout,

@@ -1,19 +1,24 @@
 //! The plain-HTTP admin server shared by the webhook and the controller: `/healthz`,
-//! `/readyz` and `/metrics`, plus the [`Readiness`] that `/readyz` reports and the shutdown
-//! behaviour both servers share (`Connection: close` once shutdown has begun).
+//! `/readyz` and `/metrics`, plus the [`Readiness`] that `/readyz` reports, the shutdown
+//! behaviour both servers share (`Connection: close` once shutdown has begun), and who may
+//! read `/metrics` ([`access`], `--metrics-auth`).
+
+pub mod access;
 
 use std::{net::SocketAddr, sync::Arc};
 
 use axum::{
     Router,
     extract::{Request, State},
-    http::{HeaderValue, StatusCode, Version, header},
+    http::{HeaderMap, HeaderValue, StatusCode, Version, header},
     middleware::{self, Next},
     response::{IntoResponse, Response},
     routing::get,
 };
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+pub use access::{CacheLimits, MetricsAccess, MetricsAuth};
 
 use crate::{
     metrics::{CONTENT_TYPE, Metrics},
@@ -28,24 +33,33 @@ pub trait Readiness: Send + Sync + 'static {
 }
 
 /// What the admin handlers read: whether the process is ready, its metrics, whether it is
-/// shutting down, and the certificate whose expiry it reports (webhook only).
+/// shutting down, the certificate whose expiry it reports (webhook only), and who may read
+/// the metrics.
 #[derive(Clone)]
 pub struct AdminState {
     ready: Arc<dyn Readiness>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     certificate: Option<Arc<CertResolver>>,
+    metrics_access: MetricsAccess,
 }
 
 impl AdminState {
-    /// Ready when `ready` says so, never shutting down, no certificate.
+    /// Ready when `ready` says so, never shutting down, no certificate, `/metrics` open.
     pub fn new(ready: Arc<dyn Readiness>, metrics: Arc<Metrics>) -> Self {
         Self {
             ready,
             metrics,
             shutdown: CancellationToken::new(),
             certificate: None,
+            metrics_access: MetricsAccess::Open,
         }
+    }
+
+    /// `/metrics` answers only who `access` lets in; `/healthz` and `/readyz` stay open.
+    pub fn with_metrics_access(mut self, access: MetricsAccess) -> Self {
+        self.metrics_access = access;
+        self
     }
 
     /// Once `shutdown` is cancelled, `/readyz` answers 503 and HTTP/1 responses carry
@@ -73,7 +87,8 @@ impl AdminState {
 }
 
 /// The admin router: `/healthz` (200 while the process serves), `/readyz` (200 once ready,
-/// 503 before that and from the moment shutdown begins) and `/metrics`.
+/// 503 before that and from the moment shutdown begins) and `/metrics` (to whom the state's
+/// [`MetricsAccess`] lets in).
 pub fn admin_router(state: AdminState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
@@ -137,7 +152,14 @@ async fn readyz(State(state): State<AdminState>) -> (StatusCode, &'static str) {
     }
 }
 
-async fn metrics(State(state): State<AdminState>) -> Response {
+async fn metrics(State(state): State<AdminState>, headers: HeaderMap) -> Response {
+    if let Some(refusal) = state
+        .metrics_access
+        .refusal(headers.get(header::AUTHORIZATION))
+        .await
+    {
+        return refusal;
+    }
     if let Some(certificate) = &state.certificate {
         // Read at scrape time, so a reloaded certificate shows without any bookkeeping.
         state
@@ -206,6 +228,41 @@ mod tests {
             StatusCode::OK,
             "alive while draining"
         );
+        Ok(())
+    }
+
+    /// Authenticates no token: every `/metrics` request is a 401.
+    struct NoOne;
+
+    impl access::Reviewer for NoOne {
+        fn authenticate<'a>(
+            &'a self,
+            _token: &'a str,
+        ) -> futures::future::BoxFuture<
+            'a,
+            Result<Option<k8s_openapi::api::authentication::v1::UserInfo>, access::ReviewError>,
+        > {
+            Box::pin(async { Ok(None) })
+        }
+
+        fn may_read_metrics<'a>(
+            &'a self,
+            _user: &'a k8s_openapi::api::authentication::v1::UserInfo,
+        ) -> futures::future::BoxFuture<'a, Result<bool, access::ReviewError>> {
+            Box::pin(async { Ok(false) })
+        }
+    }
+
+    #[tokio::test]
+    async fn with_metrics_auth_only_metrics_need_a_token_and_probes_stay_open() -> TestResult {
+        let guard = access::MetricsGuard::new(Arc::new(NoOne), CacheLimits::default());
+        let state = AdminState::new(Arc::new(Flag(true)), Arc::new(Metrics::new()))
+            .with_metrics_access(MetricsAccess::Reviewed(Arc::new(guard)));
+        let (status, body) = get(state.clone(), "/metrics").await?;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert!(!body.contains("cheiron_"), "{body}");
+        assert_eq!(get(state.clone(), "/healthz").await?.0, StatusCode::OK);
+        assert_eq!(get(state, "/readyz").await?.0, StatusCode::OK);
         Ok(())
     }
 
