@@ -14,3 +14,4 @@ pub mod telemetry;
 pub mod tls;
 pub mod watch;
 pub mod webhook;
+pub mod yaml;

@@ -14,11 +14,11 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 }
 
 /// Both CRDs as one multi-document YAML stream, as `cheiron crds` prints it.
-pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
+pub fn crds_yaml() -> Result<String, crate::yaml::WriteError> {
     let mut out = String::new();
     for crd in crds() {
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&crd)?);
+        out.push_str(&crate::yaml::to_string(&crd)?);
     }
     Ok(out)
 }

@@ -8,13 +8,13 @@ use std::{
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use serde::Deserialize;
 use serde_json::Value;
 
 use crate::{
     admission::mutate,
     policy::{StaticView, SubjectKind},
     source::load_paths,
+    yaml,
 };
 
 /// What `cheiron mutate` prints.
@@ -73,24 +73,22 @@ impl MutateArgs {
         let label = file.display().to_string();
 
         let mut results = Vec::new();
-        for (index, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+        for document in yaml::documents(&text) {
+            let number = document.number;
             // The parser's message may quote a value of the input (an env var, a token):
             // it is shown with its values hidden.
-            let mut object = Value::deserialize(document).map_err(|e| {
+            let mut object = document.content.map_err(|e| {
                 anyhow::anyhow!(
-                    "{label}: document {}: not YAML or JSON: {}",
-                    index + 1,
+                    "{label}: document {number}: not YAML or JSON: {}",
                     crate::message::without_values(&e.to_string())
                 )
             })?;
             let kind = match (object["apiVersion"].as_str(), object["kind"].as_str()) {
-                _ if object.is_null() => continue,
                 (Some("v1"), Some("Pod")) => SubjectKind::Pod,
                 (Some("v1"), Some("ServiceAccount")) => SubjectKind::ServiceAccount,
                 (_, kind) => {
                     tracing::debug!(
-                        "{label}: document {} is a {}, not a Pod or ServiceAccount; skipped",
-                        index + 1,
+                        "{label}: document {number} is a {}, not a Pod or ServiceAccount; skipped",
                         kind.unwrap_or("document without a kind")
                     );
                     continue;
@@ -102,13 +100,12 @@ impl MutateArgs {
                 .or_else(|| namespace.clone())
                 .unwrap_or_else(|| "default".to_owned());
             let mutation = mutate(&object, kind, &ns, &view)
-                .with_context(|| format!("{label}: document {}", index + 1))?;
+                .with_context(|| format!("{label}: document {number}"))?;
             for warning in &mutation.warnings {
                 tracing::warn!("{warning}");
             }
-            json_patch::patch(&mut object, &mutation.patch).with_context(|| {
-                format!("{label}: document {}: patch does not apply", index + 1)
-            })?;
+            json_patch::patch(&mut object, &mutation.patch)
+                .with_context(|| format!("{label}: document {number}: patch does not apply"))?;
             results.push(Mutated {
                 object,
                 patch: mutation.patch,
@@ -142,7 +139,7 @@ fn write_results(
         OutputFormat::Yaml => {
             for r in results {
                 writeln!(out, "---")?;
-                write!(out, "{}", serde_yaml::to_string(&r.object)?)?;
+                write!(out, "{}", yaml::to_string(&r.object)?)?;
             }
         }
         OutputFormat::Json => {

@@ -40,7 +40,7 @@ pub enum ManifestError {
         what: &'static str,
         /// Why.
         #[source]
-        source: serde_yaml::Error,
+        source: crate::yaml::WriteError,
     },
     /// An object did not serialise to JSON.
     #[error("cannot render an object: {0}")]
@@ -285,7 +285,7 @@ fn render(about: &str, objects: &[Value]) -> Result<String, ManifestError> {
     for object in objects {
         out.push_str("---\n");
         out.push_str(
-            &serde_yaml::to_string(object).map_err(|source| ManifestError::Render {
+            &crate::yaml::to_string(object).map_err(|source| ManifestError::Render {
                 what: "a manifest",
                 source,
             })?,

@@ -7,10 +7,10 @@ use std::{
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
-use serde::{Deserialize, de::DeserializeOwned};
+use serde::de::DeserializeOwned;
 
 use super::Source;
-use crate::{admin::Readiness, message::without_values};
+use crate::{admin::Readiness, message::without_values, yaml};
 use crate::{
     api::{
         ClusterImagePullSecretManager, GROUP, ImagePullSecretManager, VERSION, validate_cluster,
@@ -130,18 +130,16 @@ fn manifest_files(path: &Path) -> Result<Vec<PathBuf>, LoadError> {
 
 fn load_file(path: &Path, loaded: &mut Loaded) -> Result<(), LoadError> {
     let text = fs::read_to_string(path).map_err(read_error(path))?;
-    for (index, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-        let document_number = index + 1;
+    for document in yaml::documents(&text) {
+        let document_number = document.number;
         let parse_error = |message: String| LoadError::Parse {
             path: path.to_owned(),
             document: document_number,
             message,
         };
-        let value = serde_yaml::Value::deserialize(document)
+        let value = document
+            .content
             .map_err(|e| parse_error(without_values(&e.to_string())))?;
-        if value.is_null() {
-            continue; // an empty document, e.g. a trailing `---`
-        }
         let field = |name: &str| {
             value
                 .get(name)
@@ -206,10 +204,10 @@ fn load_file(path: &Path, loaded: &mut Loaded) -> Result<(), LoadError> {
 }
 
 fn typed<T: DeserializeOwned>(
-    value: serde_yaml::Value,
+    value: serde_json::Value,
     error: impl FnOnce(String) -> LoadError,
 ) -> Result<T, LoadError> {
-    serde_yaml::from_value(value).map_err(|e| error(without_values(&e.to_string())))
+    serde_json::from_value(value).map_err(|e| error(without_values(&e.to_string())))
 }
 
 /// A [`Source`] over files read once at start; always ready.
