@@ -65,14 +65,14 @@ fn view() -> Result<StaticView> {
             "apiVersion: cheiron.anny.co/v1alpha1\nkind: ClusterImagePullSecretManager\nmetadata: {{name: c{i}, creationTimestamp: \"2026-01-01T00:00:{:02}Z\"}}\nspec:\n  mode: {mode}\n  namespaces: [\"team-*\", \"ns-{i}?\"]\n  excludeNamespaces: [\"team-scratch\"]\n  namespaceSelector: {{matchExpressions: [{{key: tier, operator: In, values: [apps, web]}}]}}\n{selector}  secrets:\n    - existingSecretRef: {{name: pull-{i}, namespace: cheiron}}\n    - {{name: inline-{i}, registry: r{i}.example.com, username: u, password: p}}\n",
             i % 60
         );
-        let m: ClusterImagePullSecretManager = serde_yaml::from_str(&yaml)?;
+        let m: ClusterImagePullSecretManager = serde_saphyr::from_str(&yaml)?;
         managers.push(Manager::from_cluster(&m)?);
     }
     for i in 0..40 {
         let yaml = format!(
             "apiVersion: cheiron.anny.co/v1alpha1\nkind: ImagePullSecretManager\nmetadata: {{name: n{i}, namespace: team-{i}}}\nspec:\n  mode: Pod\n  secrets:\n    - existingSecretRef: {{name: own-{i}}}\n"
         );
-        let m: ImagePullSecretManager = serde_yaml::from_str(&yaml)?;
+        let m: ImagePullSecretManager = serde_saphyr::from_str(&yaml)?;
         managers.push(Manager::from_namespaced(&m)?);
     }
     let namespaces = (0..1000).map(|i| NamespaceMeta {

@@ -51,7 +51,7 @@ fn mutate_yaml_adds_the_merged_secret_to_the_example_pod_after_its_own() -> Test
         None,
     )?;
     assert!(out.status.success(), "{}", stderr(&out));
-    let pod: Value = serde_yaml::from_str(stdout(&out).trim_start_matches("---\n"))?;
+    let pod: Value = serde_saphyr::from_str(stdout(&out).trim_start_matches("---\n"))?;
     assert_eq!(
         pod["spec"]["imagePullSecrets"],
         serde_json::json!([{"name": "team-own-secret"}, {"name": "cluster-pull-secret"}])
@@ -341,12 +341,10 @@ fn crds_prints_both_definitions_as_generated() -> TestResult {
     let out = cheiron(&["crds"], None)?;
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), cheiron::api::crds_yaml()?);
-    let names: Vec<String> = serde_yaml::Deserializer::from_str(&stdout(&out))
-        .map(|d| {
-            serde::Deserialize::deserialize(d)
-                .map(|v: Value| v["metadata"]["name"].as_str().unwrap_or("").to_owned())
-        })
-        .collect::<Result<_, _>>()?;
+    let names: Vec<String> = serde_saphyr::from_multiple::<Value>(&stdout(&out))?
+        .iter()
+        .map(|v| v["metadata"]["name"].as_str().unwrap_or("").to_owned())
+        .collect();
     assert_eq!(
         names,
         [

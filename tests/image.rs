@@ -340,11 +340,11 @@ fn image_user_is_the_uid_and_gid_the_chart_and_plain_manifests_run_as() -> TestR
     let user = str_at(&image.config, "/config/User")?;
     let uid = user.split(':').next().unwrap_or_default();
 
-    let values: serde_yaml::Value = serde_yaml::from_str(&fs::read_to_string(
+    let values: Value = serde_saphyr::from_str(&fs::read_to_string(
         repo().join("charts/cheiron/values.yaml"),
     )?)?;
     let pod = &values["podSecurityContext"];
-    assert_eq!(pod["runAsNonRoot"], serde_yaml::Value::Bool(true));
+    assert_eq!(pod["runAsNonRoot"], Value::Bool(true));
     assert_eq!(
         pod["runAsUser"].as_u64().map(|u| u.to_string()),
         Some(uid.to_owned())

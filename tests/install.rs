@@ -24,7 +24,6 @@ use std::{
 };
 
 use cheiron_harness::{self as harness, Result};
-use serde::Deserialize;
 use serde_json::Value;
 
 /// The cheiron the `cluster` tests start their cluster with.
@@ -40,14 +39,7 @@ fn repo() -> &'static Path {
 
 /// Every document of a YAML stream, nulls (empty documents) left out.
 fn documents(text: &[u8]) -> Result<Vec<Value>> {
-    let mut out = Vec::new();
-    for document in serde_yaml::Deserializer::from_slice(text) {
-        let value = Value::deserialize(document)?;
-        if !value.is_null() {
-            out.push(value);
-        }
-    }
-    Ok(out)
+    Ok(serde_saphyr::from_slice_multiple(text)?)
 }
 
 /// The committed plain manifests (everything but the CRDs), as a user applies them.
@@ -230,7 +222,7 @@ mod drift {
     #[test]
     fn chart_and_app_versions_are_the_crate_version() -> Result {
         let chart: Value =
-            serde_yaml::from_slice(&std::fs::read(repo().join("charts/cheiron/Chart.yaml"))?)?;
+            serde_saphyr::from_slice(&std::fs::read(repo().join("charts/cheiron/Chart.yaml"))?)?;
         let version = env!("CARGO_PKG_VERSION");
         assert_eq!(
             chart["version"], version,

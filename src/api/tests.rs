@@ -13,9 +13,9 @@ fn expectation(text: &str) -> Option<&str> {
 }
 
 fn validate_document(text: &str) -> Result<(), InvalidSpec> {
-    match serde_yaml::from_str::<ImagePullSecretManager>(text) {
+    match serde_saphyr::from_str::<ImagePullSecretManager>(text) {
         Ok(m) if text.contains("kind: ImagePullSecretManager") => validate_namespaced(&m.spec),
-        _ => match serde_yaml::from_str::<ClusterImagePullSecretManager>(text) {
+        _ => match serde_saphyr::from_str::<ClusterImagePullSecretManager>(text) {
             Ok(m) => validate_cluster(&m.spec),
             Err(e) => Err(InvalidSpec(vec![format!("does not parse: {e}")])),
         },
@@ -72,7 +72,7 @@ spec:
     - existingSecretRef:
         name: my-registry
 "#;
-    let m: ImagePullSecretManager = serde_yaml::from_str(text)?;
+    let m: ImagePullSecretManager = serde_saphyr::from_str(text)?;
     validate_namespaced(&m.spec)?;
     assert_eq!(m.spec.mode, Mode::ServiceAccount);
     let targets: Vec<_> = m
@@ -95,7 +95,7 @@ spec:
 
 #[test]
 fn mode_defaults_to_service_account() -> TestResult {
-    let m: ImagePullSecretManager = serde_yaml::from_str(
+    let m: ImagePullSecretManager = serde_saphyr::from_str(
         "apiVersion: cheiron.anny.co/v1alpha1\nkind: ImagePullSecretManager\nmetadata: {name: x}\nspec:\n  secrets: [{existingSecretRef: {name: a}}]\n",
     )?;
     assert_eq!(m.spec.mode, Mode::ServiceAccount);
@@ -172,7 +172,7 @@ fn managed_secrets_are_selected_by_the_managed_by_label() {
 
 #[test]
 fn debug_of_a_manager_never_shows_an_inline_password() -> TestResult {
-    let manager: ImagePullSecretManager = serde_yaml::from_str(
+    let manager: ImagePullSecretManager = serde_saphyr::from_str(
         "apiVersion: cheiron.anny.co/v1alpha1\nkind: ImagePullSecretManager\n\
          metadata: {name: m, namespace: team}\n\
          spec:\n  secrets:\n  - {name: hub, registry: docker.io, username: alice, password: s3cr3t-918273645}\n",

@@ -134,12 +134,10 @@ mod tests {
         }
         .run(&mut out)?;
         let text = String::from_utf8(out)?;
-        let kinds: Vec<String> = serde_yaml::Deserializer::from_str(&text)
-            .map(|d| {
-                serde::Deserialize::deserialize(d)
-                    .map(|v: serde_json::Value| v["kind"].as_str().unwrap_or("").to_owned())
-            })
-            .collect::<Result<_, _>>()?;
+        let kinds: Vec<String> = serde_saphyr::from_multiple::<serde_json::Value>(&text)?
+            .iter()
+            .map(|v| v["kind"].as_str().unwrap_or("").to_owned())
+            .collect();
         assert_eq!(
             kinds.first().map(String::as_str),
             Some("CustomResourceDefinition")

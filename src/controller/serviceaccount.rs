@@ -167,7 +167,7 @@ mod tests {
 
     #[test]
     fn backfill_appends_missing_names_after_other_writers_entries() -> TestResult {
-        let m: ImagePullSecretManager = serde_yaml::from_str(
+        let m: ImagePullSecretManager = serde_saphyr::from_str(
             "apiVersion: cheiron.anny.co/v1alpha1\nkind: ImagePullSecretManager\nmetadata: {name: m, namespace: team}\nspec:\n  secrets: [{existingSecretRef: {name: a}}, {existingSecretRef: {name: b}}]\n",
         )?;
         let m = Manager::from_namespaced(&m)?;

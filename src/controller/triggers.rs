@@ -235,7 +235,7 @@ mod tests {
     type TestResult = Result<(), Box<dyn std::error::Error>>;
 
     fn manager(extra: &str) -> Result<Manager, Box<dyn std::error::Error>> {
-        let m: ClusterImagePullSecretManager = serde_yaml::from_str(&format!(
+        let m: ClusterImagePullSecretManager = serde_saphyr::from_str(&format!(
             "apiVersion: cheiron.anny.co/v1alpha1\nkind: ClusterImagePullSecretManager\n\
              metadata: {{name: m}}\nspec:\n{extra}  secrets: [{{existingSecretRef: {{name: pull, namespace: src}}}}]\n"
         ))?;

@@ -8,12 +8,12 @@ use crate::api::{ClusterImagePullSecretManager, ImagePullSecretManager};
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 fn namespaced(yaml: &str) -> Result<Manager, Box<dyn std::error::Error>> {
-    let m: ImagePullSecretManager = serde_yaml::from_str(yaml)?;
+    let m: ImagePullSecretManager = serde_saphyr::from_str(yaml)?;
     Ok(Manager::from_namespaced(&m)?)
 }
 
 fn cluster(yaml: &str) -> Result<Manager, Box<dyn std::error::Error>> {
-    let m: ClusterImagePullSecretManager = serde_yaml::from_str(yaml)?;
+    let m: ClusterImagePullSecretManager = serde_saphyr::from_str(yaml)?;
     Ok(Manager::from_cluster(&m)?)
 }
 

@@ -48,7 +48,7 @@ async fn crd_schema_rejects_every_invalid_manager_with_a_readable_message() -> R
                 )
             })?
             .trim();
-        let mut manager: DynamicObject = serde_yaml::from_str(&text)?;
+        let mut manager: DynamicObject = serde_saphyr::from_str(&text)?;
         match manager.types.as_ref().map(|t| t.kind.as_str()) {
             Some("ImagePullSecretManager") => manager.metadata.namespace = Some(ns.clone()),
             // Cluster-scoped: unique, and deleted at once should it be accepted.
@@ -78,7 +78,7 @@ async fn original_cheiron_example_is_accepted_unchanged_and_listed_with_printer_
     let ns = s.create_namespace(&[], &[]).await?;
     let text =
         std::fs::read_to_string(repository_file("examples/cluster/namespaced-manager.yaml"))?;
-    let mut example: DynamicObject = serde_yaml::from_str(&text)?;
+    let mut example: DynamicObject = serde_saphyr::from_str(&text)?;
     example.metadata.namespace = Some(ns.clone());
 
     let stored = s.create_manager(&example).await??;

@@ -19,9 +19,9 @@ use cheiron::{
     },
     controller::DockerConfig,
     policy::{Manager, NamespaceGlob, NamespaceMeta, StaticView, SubjectKind, View},
+    yaml,
 };
 use k8s_openapi::ByteString;
-use serde::Deserialize;
 use serde_json::Value;
 
 const DOCKER_CONFIG_JSON: &str = "kubernetes.io/dockerconfigjson";
@@ -417,12 +417,12 @@ pub fn manager(data: &[u8]) {
     namespaced.extend(serde_json::from_slice(data).ok());
     cluster.extend(serde_json::from_slice(data).ok());
     if let Ok(text) = std::str::from_utf8(data) {
-        for document in serde_yaml::Deserializer::from_str(text).take(8) {
-            let Ok(value) = serde_yaml::Value::deserialize(document) else {
+        for document in yaml::documents(text).into_iter().take(8) {
+            let Ok(value) = document.content else {
                 break;
             };
-            namespaced.extend(serde_yaml::from_value(value.clone()).ok());
-            cluster.extend(serde_yaml::from_value(value).ok());
+            namespaced.extend(serde_json::from_value(value.clone()).ok());
+            cluster.extend(serde_json::from_value(value).ok());
         }
     }
     let mut compiled = Vec::new();

@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 fn cluster(name: &str, created: &str, extra: &str) -> Result<Manager, Box<dyn std::error::Error>> {
-    let m: ClusterImagePullSecretManager = serde_yaml::from_str(&format!(
+    let m: ClusterImagePullSecretManager = serde_saphyr::from_str(&format!(
         "apiVersion: cheiron.anny.co/v1alpha1\nkind: ClusterImagePullSecretManager\nmetadata: {{name: {name}, creationTimestamp: \"{created}\"}}\nspec:\n  secrets: [{{existingSecretRef: {{name: pull, namespace: src}}}}]\n{extra}"
     ))?;
     Ok(Manager::from_cluster(&m)?)
@@ -278,7 +278,7 @@ fn copies_in_namespaces_that_left_scope_and_of_removed_entries_are_deleted() -> 
 
 #[test]
 fn namespaced_managers_target_only_their_own_namespace() -> TestResult {
-    let m: ImagePullSecretManager = serde_yaml::from_str(
+    let m: ImagePullSecretManager = serde_saphyr::from_str(
         "apiVersion: cheiron.anny.co/v1alpha1\nkind: ImagePullSecretManager\nmetadata: {name: n, namespace: team}\nspec:\n  secrets: [{existingSecretRef: {name: pull}}]\n",
     )?;
     let m = Manager::from_namespaced(&m)?;
@@ -335,7 +335,7 @@ fn a_source_serving_its_own_namespace_is_in_step_and_neither_written_nor_a_confl
 {
     // The original Cheiron README's manager: existingSecretRef {name: gitlab-registry} in a
     // namespaced manager, so target = source in the manager's own namespace.
-    let m: ImagePullSecretManager = serde_yaml::from_str(
+    let m: ImagePullSecretManager = serde_saphyr::from_str(
         "apiVersion: cheiron.anny.co/v1alpha1\nkind: ImagePullSecretManager\n\
          metadata: {name: m, namespace: team, creationTimestamp: \"2026-01-01T00:00:00Z\"}\n\
          spec:\n  secrets: [{existingSecretRef: {name: gitlab-registry}}]\n",

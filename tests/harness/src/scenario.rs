@@ -114,7 +114,7 @@ impl Scenario {
     /// Server-side applies a manager of either kind, written as YAML (a namespaced one must
     /// name its namespace). Applying it again with a changed spec updates it.
     pub async fn apply_manager(&self, yaml: &str) -> Result<DynamicObject> {
-        let manager: DynamicObject = serde_yaml::from_str(yaml)?;
+        let manager: DynamicObject = serde_saphyr::from_str(yaml)?;
         let (api, name) = self.manager_api(&manager)?;
         let applied = api
             .patch(

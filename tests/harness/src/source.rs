@@ -128,11 +128,11 @@ impl Readiness for TestSource {
 #[allow(clippy::unwrap_used)]
 fn managers() -> Vec<Manager> {
     let namespaced = |yaml: &str| {
-        let manager: ImagePullSecretManager = serde_yaml::from_str(yaml).unwrap();
+        let manager: ImagePullSecretManager = serde_saphyr::from_str(yaml).unwrap();
         Manager::from_namespaced(&manager).unwrap()
     };
     let cluster = |yaml: &str| {
-        let manager: ClusterImagePullSecretManager = serde_yaml::from_str(yaml).unwrap();
+        let manager: ClusterImagePullSecretManager = serde_saphyr::from_str(yaml).unwrap();
         Manager::from_cluster(&manager).unwrap()
     };
     vec![

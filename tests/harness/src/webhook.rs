@@ -21,7 +21,6 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
-use serde::Deserialize;
 
 use super::{
     Cheiron, Result,
@@ -193,8 +192,7 @@ pub async fn install_crds(cheiron: Cheiron, client: &Client) -> Result<Vec<Strin
     }
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut names = Vec::new();
-    for document in serde_yaml::Deserializer::from_slice(&output.stdout) {
-        let crd = CustomResourceDefinition::deserialize(document)?;
+    for crd in serde_saphyr::from_slice_multiple::<CustomResourceDefinition>(&output.stdout)? {
         let name = crd.name_any();
         api.patch(
             &name,
