@@ -1,7 +1,8 @@
 //! The writes one reconcile of one manager needs, computed from plain values: which namespaces
 //! are targets, which Secret names it wins (the oldest claimant wins), what to create, update
-//! or delete. Only Secrets carrying cheiron's managed-by label are ever updated or deleted;
-//! a name taken by anything else is discovered when the create fails.
+//! or delete. Only Secrets cheiron wrote (its labels and an ownerReference to a manager, see
+//! [`is_managed`]) are ever updated, and only a manager's own (see [`belongs_to`]) deleted; a
+//! name taken by anything else is discovered when the create fails.
 //!
 //! The plan reads cheiron's Secrets as metadata only (the cache holds no Secret data): a copy
 //! is current when its content-hash annotation matches what is wanted and no one but cheiron
@@ -114,11 +115,29 @@ pub fn labelled_owner(meta: &ObjectMeta) -> Option<ManagerId> {
     })
 }
 
-/// True when `secret` is one the controller wrote: cheiron's managed-by label AND the labels
-/// naming a manager. Other Secrets with the managed-by label (cheiron-certs' TLS Secrets) are
-/// as foreign to the controller as a user's: never updated, never deleted.
+/// True when `secret` is one the controller wrote: cheiron's managed-by label, the labels
+/// naming a manager, AND an ownerReference to a cheiron manager.
+///
+/// Labels prove nothing: anyone who may write a Secret can copy them, and a user who copies
+/// one of cheiron's Secrets to make their own gets them for free. An ownerReference to a
+/// manager is another matter: the garbage collector deletes a Secret carrying one once that
+/// manager is gone (at once if no such manager exists), so such a Secret already belongs to
+/// cheiron by Kubernetes' own rules. Everything else with the labels (cheiron-certs' TLS
+/// Secrets, a user's look-alike) is as foreign to the controller as any Secret: never updated,
+/// never deleted.
 pub fn is_managed(meta: &ObjectMeta) -> bool {
-    labelled_owner(meta).is_some()
+    labelled_owner(meta).is_some() && meta.owner_references.iter().flatten().any(is_cheiron_owner)
+}
+
+/// True when the Secret belongs to `manager`, the manager object with uid `uid`: labelled for
+/// it and owned by that very object. Only such a Secret is ever deleted for `manager`.
+pub fn belongs_to(meta: &ObjectMeta, manager: &ManagerId, uid: &str) -> bool {
+    labelled_owner(meta).as_ref() == Some(manager)
+        && meta
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| is_cheiron_owner(o) && o.uid == uid)
 }
 
 /// A Secret of this manager that must go.
@@ -359,7 +378,7 @@ pub fn plan(
     }
     let wanted_names: HashSet<&str> = desired.iter().map(|d| d.name.as_str()).collect();
     for s in existing.iter().map(|s| &s.metadata) {
-        if labelled_owner(s).as_ref() != Some(me) {
+        if !belongs_to(s, me, &owner.uid) {
             continue;
         }
         let (Some(ns), Some(name)) = (s.namespace.as_deref(), s.name.as_deref()) else {

@@ -26,7 +26,7 @@ use super::{
     error::{ControllerError, Issue, IssueKind},
     kinds::{ManagerObject, ManagerRef},
     plan::FIELD_MANAGER,
-    plan::{self, Stale, labelled_owner},
+    plan::{self, Stale, belongs_to},
     status::{self, Findings, reason},
     write::{
         ServiceAccountReport, backfill, delete_secret, fetch_sources, prune, remove, write_secrets,
@@ -282,7 +282,13 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
         .secrets
         .state()
         .into_iter()
-        .filter(|s| labelled_owner(&s.metadata).as_ref() == Some(&id))
+        .filter(|s| {
+            belongs_to(
+                &s.metadata,
+                &id,
+                manager.uid().as_deref().unwrap_or_default(),
+            )
+        })
         .collect();
     let names: Vec<String> = match manager.compile() {
         Ok(m) => m.secret_names().to_vec(),

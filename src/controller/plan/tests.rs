@@ -331,6 +331,64 @@ fn secrets_with_the_managed_by_label_but_no_manager_labels_are_never_taken_over(
 }
 
 #[test]
+fn a_look_alike_with_all_of_cheirons_labels_but_no_owner_reference_is_never_written_or_deleted()
+-> TestResult {
+    // A user's Secret carrying every label cheiron puts on its copies, naming the manager: in a
+    // target namespace under the name the manager wants, and under another name.
+    let m = cluster("a", "2026-01-01T00:00:00Z", "")?;
+    let look_alike = |ns: &str, name: &str| {
+        let mut s = secret(ns, name, b"user", &m.id, &owner("u1"));
+        s.metadata.owner_references = None;
+        as_meta(s)
+    };
+    let existing = [look_alike("one", "pull"), look_alike("one", "other")];
+    assert!(!is_managed(&existing[0].metadata));
+    let p = plan(
+        &m,
+        &owner("u1"),
+        &[want("pull", Some(b"v"))],
+        &ns(&["one"]),
+        std::slice::from_ref(&m),
+        &existing,
+    );
+    assert!(
+        p.updates.is_empty(),
+        "never updated: {:?}",
+        names(&p.updates)
+    );
+    assert!(p.deletes.is_empty(), "never deleted: {:?}", p.deletes);
+    // The create fails on the existing name and is reported as a conflict.
+    assert_eq!(names(&p.creates), ["one/pull"]);
+    Ok(())
+}
+
+#[test]
+fn a_secret_labelled_for_the_manager_but_owned_by_another_object_is_not_deleted() -> TestResult {
+    // Same labels, an ownerReference to a manager object with another uid (a manager deleted
+    // and created again under the same name): the garbage collector removes it, not cheiron.
+    let m = cluster("a", "2026-01-01T00:00:00Z", "  excludeNamespaces: [left]\n")?;
+    let existing = [as_meta(secret(
+        "left",
+        "pull",
+        b"v",
+        &m.id,
+        &owner("old-uid"),
+    ))];
+    let p = plan(
+        &m,
+        &owner("u1"),
+        &[want("pull", Some(b"v"))],
+        &ns(&["left", "stay"]),
+        std::slice::from_ref(&m),
+        &existing,
+    );
+    assert!(p.deletes.is_empty(), "{:?}", p.deletes);
+    assert!(belongs_to(&existing[0].metadata, &m.id, "old-uid"));
+    assert!(!belongs_to(&existing[0].metadata, &m.id, "u1"));
+    Ok(())
+}
+
+#[test]
 fn a_source_serving_its_own_namespace_is_in_step_and_neither_written_nor_a_conflict() -> TestResult
 {
     // The original Cheiron README's manager: existingSecretRef {name: gitlab-registry} in a
