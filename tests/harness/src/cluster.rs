@@ -193,7 +193,7 @@ fn outcome(cluster: &'static Result<Cluster, String>) -> Result<&'static Cluster
 /// A fresh `run-<pid>-XXXXXX` directory under `$CARGO_TARGET_TMPDIR/cheiron-e2e/`. Directories
 /// of earlier runs whose process is gone are removed first, so the logs of the last run stay
 /// available for inspection until the next one.
-fn run_dir(cheiron: Cheiron) -> Result<PathBuf> {
+pub fn run_dir(cheiron: Cheiron) -> Result<PathBuf> {
     let base = Path::new(cheiron.target_tmpdir).join("cheiron-e2e");
     std::fs::create_dir_all(&base)?;
     for entry in std::fs::read_dir(&base)?.flatten() {

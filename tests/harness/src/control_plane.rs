@@ -28,6 +28,42 @@ const ETCD_READY: Duration = Duration::from_secs(30);
 const APISERVER_READY: Duration = Duration::from_secs(60);
 const CONTROLLER_MANAGER_READY: Duration = Duration::from_secs(30);
 
+/// What a test may change about the control plane it starts.
+#[derive(Clone, Debug, Default)]
+pub struct ControlPlaneOptions {
+    /// Extra kube-apiserver flags, after the defaults (a later flag wins), e.g.
+    /// `--max-requests-inflight=10`.
+    pub apiserver_args: Vec<String>,
+}
+
+/// How a process of the control plane is started again after a test stopped it.
+#[derive(Debug)]
+struct Launch {
+    name: &'static str,
+    program: PathBuf,
+    args: Vec<String>,
+    log: PathBuf,
+    starts: u32,
+}
+
+impl Launch {
+    /// Spawns it; the first start logs to `<name>.log`, the n-th to `<name>-<n>.log`.
+    fn spawn(&mut self) -> Result<Process> {
+        self.starts += 1;
+        let log = if self.starts == 1 {
+            self.log.clone()
+        } else {
+            self.log
+                .with_file_name(format!("{}-{}.log", self.name, self.starts))
+        };
+        Process::spawn(
+            self.name,
+            Command::new(&self.program).args(&self.args),
+            &log,
+        )
+    }
+}
+
 /// A running control plane. Dropping it stops the processes (kcm, apiserver, etcd).
 pub struct ControlPlane {
     /// kubeconfig of `admin` (`system:masters`).
@@ -38,16 +74,27 @@ pub struct ControlPlane {
     pub admin_config: kube::Config,
     /// The apiserver's log file.
     pub apiserver_log: PathBuf,
+    /// `https://127.0.0.1:PORT`.
+    pub server: String,
+    admin_token: String,
+    etcd_url: String,
+    apiserver_launch: Launch,
+    etcd_launch: Launch,
     // Dropped in field order: kcm, then the apiserver, then etcd.
     _controller_manager: Process,
-    _apiserver: Process,
-    _etcd: Process,
+    apiserver: Option<Process>,
+    etcd: Option<Process>,
 }
 
 impl ControlPlane {
     /// Builds (or finds) the binaries and starts the three processes in `dir`, returning once
     /// the apiserver is ready and the controllers work (`default` ServiceAccount exists).
     pub async fn start(dir: &Path) -> Result<Self> {
+        Self::start_with(dir, ControlPlaneOptions::default()).await
+    }
+
+    /// [`ControlPlane::start`] with `options`.
+    pub async fn start_with(dir: &Path, options: ControlPlaneOptions) -> Result<Self> {
         let bin = assets()?;
         let [etcd_port, peer_port, api_port, kcm_port] = free_ports()?;
         let admin_token = random_token()?;
@@ -73,18 +120,16 @@ impl ControlPlane {
             ),
         )?;
 
-        let http = reqwest::Client::builder()
-            .danger_accept_invalid_certs(true)
-            .timeout(Duration::from_secs(2))
-            .build()?;
+        let http = insecure_http()?;
 
         let etcd_data = dir.join("etcd-data");
         discard_at_exit(&etcd_data)?;
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
-        let mut etcd = Process::spawn(
-            "etcd",
-            Command::new(bin.join("etcd")).args([
+        let mut etcd_launch = Launch {
+            name: "etcd",
+            program: bin.join("etcd"),
+            args: vec![
                 "--name=default".to_owned(),
                 format!("--data-dir={}", etcd_data.display()),
                 format!("--listen-client-urls={etcd_url}"),
@@ -95,59 +140,41 @@ impl ControlPlane {
                 "--initial-cluster-state=new".to_owned(),
                 "--unsafe-no-fsync".to_owned(),
                 "--log-level=warn".to_owned(),
-            ]),
-            &dir.join("etcd.log"),
-        )?;
-        wait_until(&mut etcd, "etcd /health", ETCD_READY, || async {
-            let body = http
-                .get(format!("{etcd_url}/health"))
-                .send()
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()?;
-            body.contains(r#""health":"true""#).then_some(())
-        })
-        .await?;
+            ],
+            log: dir.join("etcd.log"),
+            starts: 0,
+        };
+        let mut etcd = etcd_launch.spawn()?;
+        wait_for_etcd(&mut etcd, &http, &etcd_url).await?;
 
         let cert_dir = dir.join("apiserver-certs");
         let server = format!("https://127.0.0.1:{api_port}");
         let apiserver_log = dir.join("kube-apiserver.log");
-        let mut apiserver = Process::spawn(
-            "kube-apiserver",
-            Command::new(bin.join("kube-apiserver")).args([
-                format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".to_owned(),
-                "--advertise-address=127.0.0.1".to_owned(),
-                format!("--secure-port={api_port}"),
-                format!("--cert-dir={}", cert_dir.display()),
-                format!("--token-auth-file={}", tokens.display()),
-                "--authorization-mode=RBAC".to_owned(),
-                "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,MutatingAdmissionWebhook,ValidatingAdmissionWebhook".to_owned(),
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
-                format!("--service-account-key-file={}", sa_public.display()),
-                format!("--service-account-signing-key-file={}", sa_private.display()),
-                "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
-                "--endpoint-reconciler-type=none".to_owned(),
-            ]),
-            &apiserver_log,
-        )?;
-        wait_until(
-            &mut apiserver,
-            "kube-apiserver /readyz",
-            APISERVER_READY,
-            || async {
-                let response = http
-                    .get(format!("{server}/readyz"))
-                    .bearer_auth(&admin_token)
-                    .send()
-                    .await
-                    .ok()?;
-                (response.text().await.ok()? == "ok").then_some(())
-            },
-        )
-        .await?;
+        let mut apiserver_args = vec![
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".to_owned(),
+            "--advertise-address=127.0.0.1".to_owned(),
+            format!("--secure-port={api_port}"),
+            format!("--cert-dir={}", cert_dir.display()),
+            format!("--token-auth-file={}", tokens.display()),
+            "--authorization-mode=RBAC".to_owned(),
+            "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,MutatingAdmissionWebhook,ValidatingAdmissionWebhook".to_owned(),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
+            format!("--service-account-key-file={}", sa_public.display()),
+            format!("--service-account-signing-key-file={}", sa_private.display()),
+            "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
+            "--endpoint-reconciler-type=none".to_owned(),
+        ];
+        apiserver_args.extend(options.apiserver_args);
+        let mut apiserver_launch = Launch {
+            name: "kube-apiserver",
+            program: bin.join("kube-apiserver"),
+            args: apiserver_args,
+            log: apiserver_log.clone(),
+            starts: 0,
+        };
+        let mut apiserver = apiserver_launch.spawn()?;
+        wait_for_apiserver(&mut apiserver, &http, &server, &admin_token).await?;
 
         let ca_pem = std::fs::read_to_string(cert_dir.join("apiserver.crt"))?;
         let admin_kubeconfig = dir.join("admin.kubeconfig");
@@ -223,11 +250,140 @@ impl ControlPlane {
             limited_kubeconfig,
             admin_config,
             apiserver_log,
+            server,
+            admin_token,
+            etcd_url,
+            apiserver_launch,
+            etcd_launch,
             _controller_manager: controller_manager,
-            _apiserver: apiserver,
-            _etcd: etcd,
+            apiserver: Some(apiserver),
+            etcd: Some(etcd),
         })
     }
+
+    /// Stops kube-apiserver: SIGTERM (it drains for a few seconds) or, with `kill`, SIGKILL.
+    pub fn stop_apiserver(&mut self, kill: bool) {
+        if let Some(mut apiserver) = self.apiserver.take() {
+            if kill {
+                apiserver.kill();
+            } else {
+                apiserver.stop(Duration::from_secs(60));
+            }
+        }
+    }
+
+    /// Starts kube-apiserver again with the same flags (and port) and waits until `/readyz`.
+    pub async fn start_apiserver(&mut self) -> Result<()> {
+        if self.apiserver.is_some() {
+            return Err("kube-apiserver is already running".into());
+        }
+        let mut apiserver = self.apiserver_launch.spawn()?;
+        wait_for_apiserver(
+            &mut apiserver,
+            &insecure_http()?,
+            &self.server,
+            &self.admin_token,
+        )
+        .await?;
+        self.apiserver = Some(apiserver);
+        Ok(())
+    }
+
+    /// Stops etcd: SIGTERM or, with `kill`, SIGKILL. Its data stays.
+    pub fn stop_etcd(&mut self, kill: bool) {
+        if let Some(mut etcd) = self.etcd.take() {
+            if kill {
+                etcd.kill();
+            } else {
+                etcd.stop(Duration::from_secs(30));
+            }
+        }
+    }
+
+    /// Starts etcd again on its data and waits until it is healthy.
+    pub async fn start_etcd(&mut self) -> Result<()> {
+        if self.etcd.is_some() {
+            return Err("etcd is already running".into());
+        }
+        let mut etcd = self.etcd_launch.spawn()?;
+        wait_for_etcd(&mut etcd, &insecure_http()?, &self.etcd_url).await?;
+        self.etcd = Some(etcd);
+        Ok(())
+    }
+
+    /// Whether kube-apiserver answers `/readyz` with `ok` now.
+    pub async fn apiserver_ready(&self) -> bool {
+        let Ok(http) = insecure_http() else {
+            return false;
+        };
+        apiserver_readyz(&http, &self.server, &self.admin_token).await
+    }
+
+    /// The apiserver's `/metrics` text (as `admin`).
+    pub async fn apiserver_metrics(&self) -> Result<String> {
+        let response = insecure_http()?
+            .get(format!("{}/metrics", self.server))
+            .bearer_auth(&self.admin_token)
+            .send()
+            .await?
+            .error_for_status()?;
+        Ok(response.text().await?)
+    }
+
+    /// The process id of kube-apiserver, if it runs.
+    pub fn apiserver_pid(&self) -> Option<u32> {
+        self.apiserver.as_ref().map(Process::pid)
+    }
+}
+
+/// A client for the control plane's own endpoints (self-signed certificates).
+fn insecure_http() -> Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(2))
+        .build()?)
+}
+
+async fn wait_for_etcd(etcd: &mut Process, http: &reqwest::Client, etcd_url: &str) -> Result<()> {
+    wait_until(etcd, "etcd /health", ETCD_READY, || async {
+        let body = http
+            .get(format!("{etcd_url}/health"))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        body.contains(r#""health":"true""#).then_some(())
+    })
+    .await
+}
+
+async fn apiserver_readyz(http: &reqwest::Client, server: &str, token: &str) -> bool {
+    let Ok(response) = http
+        .get(format!("{server}/readyz"))
+        .bearer_auth(token)
+        .send()
+        .await
+    else {
+        return false;
+    };
+    response.text().await.is_ok_and(|body| body == "ok")
+}
+
+async fn wait_for_apiserver(
+    apiserver: &mut Process,
+    http: &reqwest::Client,
+    server: &str,
+    token: &str,
+) -> Result<()> {
+    wait_until(
+        apiserver,
+        "kube-apiserver /readyz",
+        APISERVER_READY,
+        || async { apiserver_readyz(http, server, token).await.then_some(()) },
+    )
+    .await
 }
 
 /// Polls `check` every 100 ms until it returns `Some`, failing early if `process` exits and

@@ -25,7 +25,7 @@ use super::{
     Result,
     cluster::started,
     control_plane::free_ports,
-    process::{Process, log_tail},
+    process::{Process, log_tail, rss_bytes},
 };
 
 /// How long a controller may take to sync its caches and answer `/readyz` with 200.
@@ -43,11 +43,44 @@ pub struct CheironProcess {
     log: PathBuf,
 }
 
+/// Where a [`CheironProcess`] runs: the binary, the directory its log goes to, and the
+/// kubeconfig it uses. [`Host::shared`] is the test binary's one cluster; tests with a control
+/// plane of their own (`tests/reliability/`) build one.
+#[derive(Clone, Debug)]
+pub struct Host {
+    /// The cheiron binary.
+    pub binary: PathBuf,
+    /// Logs go to `cheiron-<name>.log` here.
+    pub dir: PathBuf,
+    /// `KUBECONFIG` of the process.
+    pub kubeconfig: PathBuf,
+    /// `--tls-cert-dir` of the processes that serve the webhook.
+    pub tls_dir: PathBuf,
+}
+
+impl Host {
+    /// The shared cluster of this test binary, as `admin`.
+    pub fn shared() -> Result<Self> {
+        let cluster = started()?;
+        Ok(Self {
+            binary: PathBuf::from(cluster.cheiron().binary),
+            dir: cluster.dir.clone(),
+            kubeconfig: cluster.admin_kubeconfig().to_owned(),
+            tls_dir: cluster.webhook_tls_dir().to_owned(),
+        })
+    }
+}
+
 impl CheironProcess {
     /// Starts `cheiron controller --admin-listen 127.0.0.1:PORT ARGS...` with
     /// `CHEIRON_POD_NAME=name` (the Events' reporting instance and the Lease identity's prefix),
     /// logging to `cheiron-<name>.log` in the run directory. Does not wait.
     pub fn controller(name: &str, args: &[&str]) -> Result<Self> {
+        Self::controller_on(&Host::shared()?, name, args)
+    }
+
+    /// [`CheironProcess::controller`] on `host`.
+    pub fn controller_on(host: &Host, name: &str, args: &[&str]) -> Result<Self> {
         let [admin_port] = free_ports()?;
         let admin = SocketAddr::from(([127, 0, 0, 1], admin_port));
         let mut command_line = vec![
@@ -56,41 +89,56 @@ impl CheironProcess {
             admin.to_string(),
         ];
         command_line.extend(args.iter().map(|a| (*a).to_owned()));
-        Self::spawn(name, &command_line, admin, None)
+        Self::spawn(host, name, &command_line, admin, None)
     }
 
     /// Starts `cheiron run` (webhook and controller in one process) serving the webhook on
     /// `https://127.0.0.1:PORT/mutate` with the cluster's webhook certificate, followed by
     /// `ARGS...`. Does not wait.
     pub fn run(name: &str, args: &[&str]) -> Result<Self> {
-        let cluster = started()?;
+        let mut command_line = vec!["run".to_owned()];
+        command_line.extend(["--shutdown-delay", "0"].map(str::to_owned));
+        command_line.extend(args.iter().map(|a| (*a).to_owned()));
+        Self::serving(&Host::shared()?, name, &command_line)
+    }
+
+    /// Starts `cheiron webhook` on `host` serving `https://127.0.0.1:PORT/mutate` with
+    /// `host.tls_dir`, followed by `ARGS...` (which may set `--shutdown-delay`). Does not wait.
+    pub fn webhook_on(host: &Host, name: &str, args: &[&str]) -> Result<Self> {
+        let mut command_line = vec!["webhook".to_owned()];
+        command_line.extend(args.iter().map(|a| (*a).to_owned()));
+        Self::serving(host, name, &command_line)
+    }
+
+    fn serving(host: &Host, name: &str, subcommand_and_args: &[String]) -> Result<Self> {
         let [listen_port, admin_port] = free_ports()?;
         let listen = SocketAddr::from(([127, 0, 0, 1], listen_port));
         let admin = SocketAddr::from(([127, 0, 0, 1], admin_port));
+        let (subcommand, args) = subcommand_and_args
+            .split_first()
+            .ok_or("no cheiron subcommand")?;
         let mut command_line = vec![
-            "run".to_owned(),
+            subcommand.clone(),
             "--listen".to_owned(),
             listen.to_string(),
             "--admin-listen".to_owned(),
             admin.to_string(),
             "--tls-cert-dir".to_owned(),
-            cluster.webhook_tls_dir().display().to_string(),
-            "--shutdown-delay".to_owned(),
-            "0".to_owned(),
+            host.tls_dir.display().to_string(),
         ];
-        command_line.extend(args.iter().map(|a| (*a).to_owned()));
-        Self::spawn(name, &command_line, admin, Some(listen))
+        command_line.extend(args.iter().cloned());
+        Self::spawn(host, name, &command_line, admin, Some(listen))
     }
 
     fn spawn(
+        host: &Host,
         name: &str,
         command_line: &[String],
         admin: SocketAddr,
         listen: Option<SocketAddr>,
     ) -> Result<Self> {
-        let cluster = started()?;
-        let log = cluster.dir.join(format!("cheiron-{name}.log"));
-        let mut command = Command::new(cluster.cheiron().binary);
+        let log = host.dir.join(format!("cheiron-{name}.log"));
+        let mut command = Command::new(&host.binary);
         // Nothing from the developer's environment may change what the test asked for.
         for (key, _) in std::env::vars_os() {
             if key.to_string_lossy().starts_with("CHEIRON_") {
@@ -99,7 +147,7 @@ impl CheironProcess {
         }
         command
             .args(command_line)
-            .env("KUBECONFIG", cluster.admin_kubeconfig())
+            .env("KUBECONFIG", &host.kubeconfig)
             .env("CHEIRON_LOG", "info,cheiron=debug")
             .env("NO_COLOR", "1")
             .env("CHEIRON_POD_NAME", name)
@@ -149,6 +197,43 @@ impl CheironProcess {
     /// SIGTERM, then SIGKILL after 10 s; the exit status (`None` if it could not be read).
     pub fn stop(&self) -> Option<ExitStatus> {
         self.process.lock().ok()?.stop(STOP_GRACE)
+    }
+
+    /// SIGKILL; the exit status.
+    pub fn kill(&self) -> Option<ExitStatus> {
+        self.process.lock().ok()?.kill()
+    }
+
+    /// Sends SIGTERM and returns at once.
+    pub fn terminate(&self) {
+        if let Ok(process) = self.process.lock() {
+            process.terminate();
+        }
+    }
+
+    /// The exit status if it has exited.
+    pub fn exited(&self) -> Option<ExitStatus> {
+        self.process.lock().ok()?.exited()
+    }
+
+    /// Its resident set size in bytes.
+    pub fn rss_bytes(&self) -> Result<u64> {
+        let pid = self
+            .process
+            .lock()
+            .map_err(|_| "process lock poisoned")?
+            .pid();
+        rss_bytes(pid)
+    }
+
+    /// The webhook's `host:port` (processes that serve it).
+    pub fn listen(&self) -> Option<SocketAddr> {
+        self.listen
+    }
+
+    /// The admin server's `host:port`.
+    pub fn admin(&self) -> SocketAddr {
+        self.admin
     }
 
     /// The HTTP status of `GET /path` on the admin server, `None` if it does not answer.

@@ -13,6 +13,10 @@
 //! The controller tests (`tests/controller/`) use [`controller`] on top: `cheiron controller` /
 //! `cheiron run` processes and a shared controller.
 //!
+//! The fault tests (`tests/reliability/`) start a [`ControlPlane`] per test, whose etcd and
+//! apiserver they stop and start again, with webhook replicas behind a [`service_proxy`] and
+//! Pod-create [`load`] through the apiserver.
+//!
 //! The webhook tests, in process (`tests/admission_router.rs`) and over TLS
 //! (`tests/webhook_tls.rs`), share [`review`] and [`source`]: the AdmissionReview fixtures of
 //! `tests/data/` and the managers and namespaces they are judged against.
@@ -20,20 +24,25 @@
 mod cluster;
 mod control_plane;
 pub mod controller;
+pub mod load;
 mod objects;
 mod process;
 pub mod review;
 mod scenario;
+pub mod service_proxy;
 pub mod source;
 mod wait;
 mod webhook;
 
-pub use cluster::Cluster;
-pub use control_plane::{LIMITED_USER, apiserver_log_lines, free_ports};
+pub use cluster::{Cluster, run_dir};
+pub use control_plane::{
+    ControlPlane, ControlPlaneOptions, LIMITED_USER, apiserver_log_lines, free_ports,
+};
 pub use objects::{Admitted, pod, service_account};
+pub use process::rss_bytes;
 pub use scenario::{SCENARIO_LABEL, SETTLE, Scenario};
 pub use wait::wait_for;
-pub use webhook::{WebhookProcess, register};
+pub use webhook::{WebhookProcess, install_crds, register};
 
 /// The cheiron under test, as cargo describes it to the integration tests and benchmarks of the
 /// `cheiron` package only (not to this crate, which is why the test crate passes it in). Each

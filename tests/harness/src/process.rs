@@ -75,18 +75,45 @@ impl Process {
         )
     }
 
-    /// SIGTERM, then SIGKILL after `grace`. Idempotent.
-    pub fn stop(&mut self, grace: Duration) -> Option<ExitStatus> {
+    /// The process id (for `/proc/PID/status`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL, as a node failure or the OOM killer would, and waits for the exit. Idempotent.
+    pub fn kill(&mut self) -> Option<ExitStatus> {
         if let Ok(Some(status)) = self.child.try_wait() {
             let _ = watchdog_send(&format!("-{}", self.child.id()));
             return Some(status);
         }
+        let _ = self.child.kill();
+        let status = self.child.wait().ok();
+        let _ = watchdog_send(&format!("-{}", self.child.id()));
+        status
+    }
+
+    /// Sends SIGTERM and returns at once (for tests that keep working while it shuts down).
+    pub fn terminate(&self) {
         // std only sends SIGKILL; kill(1) sends SIGTERM without unsafe code.
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
+    }
+
+    /// The exit status if it has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`. Idempotent.
+    pub fn stop(&mut self, grace: Duration) -> Option<ExitStatus> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            let _ = watchdog_send(&format!("-{}", self.child.id()));
+            return Some(status);
+        }
+        self.terminate();
         let deadline = Instant::now() + grace;
         let status = loop {
             match self.child.try_wait() {
@@ -114,6 +141,19 @@ impl Drop for Process {
 /// Has `dir` (bulky scratch data such as etcd's) deleted once the processes are killed at exit.
 pub fn discard_at_exit(dir: &Path) -> Result<()> {
     watchdog_send(&format!("={}", dir.display()))
+}
+
+/// Resident set size of process `pid` in bytes, from `/proc/PID/status` (`VmRSS`).
+pub fn rss_bytes(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("cannot read /proc/{pid}/status: {e}"))?;
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .ok_or_else(|| format!("no VmRSS in /proc/{pid}/status"))?;
+    Ok(kib * 1024)
 }
 
 /// The last `lines` lines of a log file (or why it cannot be read).

@@ -52,7 +52,8 @@ impl Scenario {
         ))
     }
 
-    pub(super) fn with_client(client: Client, name: &str) -> Self {
+    /// A scenario on the cluster `client` talks to (a test with a control plane of its own).
+    pub fn with_client(client: Client, name: &str) -> Self {
         let n = SCENARIOS.fetch_add(1, Ordering::Relaxed);
         Self {
             client,
