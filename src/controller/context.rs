@@ -9,19 +9,23 @@ use std::{
     time::Duration,
 };
 
-use k8s_openapi::api::core::v1::{Namespace, ObjectReference, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
 use kube::{
-    Client, Resource,
+    Client,
     core::PartialObjectMeta,
     runtime::{
-        events::{Event, EventType, Recorder},
+        events::{Event, EventType},
         reflector::{ObjectRef, Store},
     },
 };
 
 use super::{
-    kinds::ManagerRef, plan::SecretMeta, service_account_index::ServiceAccountIndex,
-    source_watches::SourceWatches, triggers::Triggers,
+    events::EventPublisher,
+    kinds::ManagerRef,
+    plan::SecretMeta,
+    service_accounts::{ServiceAccountCache, ServiceAccountRecord},
+    source_watches::SourceWatches,
+    triggers::Triggers,
 };
 use crate::{
     api::{ClusterImagePullSecretManager, ImagePullSecretManager},
@@ -36,9 +40,8 @@ pub struct Context {
     pub(super) cluster: Store<ClusterImagePullSecretManager>,
     pub(super) namespaces: Store<PartialObjectMeta<Namespace>>,
     pub(super) secrets: Store<SecretMeta>,
-    pub(super) service_accounts: Store<ServiceAccount>,
-    service_account_index: ServiceAccountIndex,
-    pub(super) recorder: Recorder,
+    pub(super) service_accounts: ServiceAccountCache,
+    pub(super) recorder: EventPublisher,
     pub(super) metrics: Arc<Metrics>,
     pub(super) sources: SourceWatches,
     pub(super) triggers: Triggers,
@@ -53,8 +56,7 @@ pub(super) struct Caches {
     pub cluster: Store<ClusterImagePullSecretManager>,
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
     pub secrets: Store<SecretMeta>,
-    pub service_accounts: Store<ServiceAccount>,
-    pub service_account_index: ServiceAccountIndex,
+    pub service_accounts: ServiceAccountCache,
 }
 
 impl Context {
@@ -62,7 +64,7 @@ impl Context {
     pub(super) fn new(
         client: Client,
         caches: Caches,
-        recorder: Recorder,
+        recorder: EventPublisher,
         metrics: Arc<Metrics>,
         triggers: Triggers,
         resync: Duration,
@@ -74,7 +76,6 @@ impl Context {
             namespaces,
             secrets,
             service_accounts,
-            service_account_index,
         } = caches;
         Self {
             sources: SourceWatches::new(client.clone(), triggers.clone(), max_source_watches),
@@ -84,7 +85,6 @@ impl Context {
             namespaces,
             secrets,
             service_accounts,
-            service_account_index,
             recorder,
             metrics,
             triggers,
@@ -132,9 +132,8 @@ impl Context {
     }
 
     /// The ServiceAccounts of `namespace` (an index lookup, not a scan of the cluster's).
-    pub(super) fn service_accounts_in(&self, namespace: &str) -> Vec<Arc<ServiceAccount>> {
-        self.service_account_index
-            .in_namespace(namespace, &self.service_accounts)
+    pub(super) fn service_accounts_in(&self, namespace: &str) -> Vec<Arc<ServiceAccountRecord>> {
+        self.service_accounts.in_namespace(namespace)
     }
 
     /// Asks for a reconcile of every manager but `except`.
@@ -201,7 +200,7 @@ impl Context {
 
     pub(super) async fn publish_on_service_account(
         &self,
-        sa: &ServiceAccount,
+        sa: &ServiceAccountRecord,
         reason: &str,
         note: &str,
     ) {
@@ -212,7 +211,7 @@ impl Context {
             action: "PatchServiceAccount".to_owned(),
             secondary: None,
         };
-        self.publish(&event, &sa.object_ref(&())).await;
+        self.publish(&event, &sa.object_ref()).await;
     }
 }
 

@@ -18,13 +18,14 @@ mod context;
 mod desired;
 mod dockerconfig;
 mod error;
+mod events;
 #[cfg(test)]
 pub(crate) mod fake_api;
 mod kinds;
 mod leader;
 mod plan;
 mod reconcile;
-mod service_account_index;
+mod service_accounts;
 mod serviceaccount;
 pub mod source_watches;
 mod status;
@@ -51,7 +52,7 @@ use kube::{
     runtime::{
         Controller,
         controller::Config as ControllerConfig,
-        events::{Recorder, Reporter},
+        events::Reporter,
         reflector::{self, Store},
         watcher,
     },
@@ -61,7 +62,7 @@ use tokio_util::sync::CancellationToken;
 use self::{
     context::{Caches, Context},
     kinds::ManagerObject,
-    service_account_index::ServiceAccountIndex,
+    service_accounts::ServiceAccountCache,
     triggers::{Routing, Triggers, Writers},
 };
 use crate::{admin::Readiness, api::ensure_crds, metrics::Metrics};
@@ -131,33 +132,31 @@ pub async fn run(
     let (triggers, streams) = Triggers::new();
     let (namespaces, namespaces_writer) = reflector::store();
     let (secrets, secrets_writer) = reflector::store();
-    let (service_accounts, service_accounts_writer) = reflector::store();
-    let service_account_index = ServiceAccountIndex::default();
+    let service_accounts = ServiceAccountCache::default();
     let caches = Caches {
         namespaced: namespaced.store(),
         cluster: cluster.store(),
         namespaces,
         secrets,
-        service_accounts,
-        service_account_index: service_account_index.clone(),
+        service_accounts: service_accounts.clone(),
     };
     let routing = Routing {
         triggers: triggers.clone(),
         namespaced: caches.namespaced.clone(),
         cluster: caches.cluster.clone(),
         namespaces: caches.namespaces.clone(),
-        service_account_index,
+        service_accounts: service_accounts.clone(),
+        compiled: Default::default(),
     };
     let writers = Writers {
         namespaces: namespaces_writer,
         secrets: secrets_writer,
-        service_accounts: service_accounts_writer,
     };
     let reporter = Reporter {
         controller: "cheiron".to_owned(),
         instance: Some(instance),
     };
-    let recorder = Recorder::new(client.clone(), reporter);
+    let recorder = events::EventPublisher::new(client.clone(), reporter, events::MAX_CACHED_EVENTS);
     let ctx = Arc::new(Context::new(
         client.clone(),
         caches,
@@ -171,10 +170,16 @@ pub async fn run(
     let _stop_routing = AbortOnDrop(routing.abort_handle());
 
     // Never reconcile against half-filled caches: that would re-create what exists.
+    let service_accounts = ctx.service_accounts.clone();
     let synced = future::try_join3(
         ctx.namespaces.wait_until_ready(),
         ctx.secrets.wait_until_ready(),
-        ctx.service_accounts.wait_until_ready(),
+        async move {
+            while !service_accounts.is_ready() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(())
+        },
     );
     tokio::select! {
         result = synced => if result.is_err() { return Ok(()) },
@@ -188,7 +193,10 @@ pub async fn run(
     ));
     let _stop_readiness = AbortOnDrop(readiness.abort_handle());
 
-    tracing::info!("controller started");
+    tracing::info!(
+        service_accounts = ctx.service_accounts.len(),
+        "controller started"
+    );
     future::join(
         drive(namespaced, streams.namespaced, ctx.clone(), &shutdown),
         drive(cluster, streams.cluster, ctx, &shutdown),

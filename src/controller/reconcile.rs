@@ -47,6 +47,7 @@ pub async fn reconcile<K: ManagerObject>(
     ctx: Arc<Context>,
 ) -> Result<Action, ControllerError> {
     let started = Instant::now();
+    let (namespace, name) = (manager.namespace(), manager.name_any());
     let api = manager.api(ctx.client.clone());
     let result = finalizer(&api, FINALIZER, manager, |event| async {
         match event {
@@ -62,10 +63,19 @@ pub async fn reconcile<K: ManagerObject>(
         }
         other => other.map_err(|e| ControllerError::Finalizer(Box::new(e))),
     };
+    let elapsed = started.elapsed();
     ctx.metrics.reconcile.record(
         K::KIND,
-        started.elapsed(),
+        elapsed,
         result.as_ref().err().map(ControllerError::kind),
+    );
+    tracing::debug!(
+        kind = K::KIND.as_str(),
+        namespace = namespace.unwrap_or_default(),
+        name,
+        elapsed_ms = elapsed.as_secs_f64() * 1000.0,
+        ok = result.is_ok(),
+        "reconciled"
     );
     result
 }

@@ -1,57 +1,68 @@
 //! ServiceAccount patches for the controller: backfilling what the webhook would have added,
 //! and removing exactly what cheiron added. Every patch starts with a `test` of
 //! `metadata.resourceVersion`, so a concurrent writer makes it fail instead of being clobbered.
+//! Computed from the cache's [`ServiceAccountRecord`]s; the common answer ("nothing to do") is
+//! found without building anything.
 
 use json_patch::{Patch, PatchOperation, RemoveOperation, TestOperation, jsonptr::PointerBuf};
-use k8s_openapi::api::core::v1::ServiceAccount;
 use serde_json::Value;
 
+use super::service_accounts::ServiceAccountRecord;
 use crate::{
-    admission::{build_patch, interpret},
-    api::annotation,
-    policy::{Decision, Manager, NamespaceMeta, SubjectKind, decide},
+    admission::build_patch,
+    api::{Mode, annotation},
+    policy::{Decision, Manager, NamespaceMeta, decide, namespace_opted_out},
 };
 
-fn precondition(sa: &ServiceAccount) -> Option<PatchOperation> {
-    Some(PatchOperation::Test(TestOperation {
+fn precondition(sa: &ServiceAccountRecord) -> PatchOperation {
+    PatchOperation::Test(TestOperation {
         path: PointerBuf::from_tokens(["metadata", "resourceVersion"]),
-        value: Value::from(sa.metadata.resource_version.clone()?),
-    }))
+        value: Value::from(sa.resource_version()),
+    })
 }
 
 /// The names `managers` want on `sa` in `namespace` (opt-outs and selectors honoured).
 pub fn wanted<'m>(
-    sa: &ServiceAccount,
+    sa: &ServiceAccountRecord,
     namespace: &NamespaceMeta,
     managers: impl IntoIterator<Item = &'m Manager>,
 ) -> Vec<String> {
-    let Ok(object) = serde_json::to_value(sa) else {
-        return Vec::new();
-    };
-    let Ok(interpreted) = interpret(&object, SubjectKind::ServiceAccount) else {
-        return Vec::new();
-    };
+    let interpreted = sa.interpreted();
     match decide(&interpreted.subject(), namespace, managers) {
         Decision::Inject { secrets, .. } => secrets,
         Decision::Skip(_) => Vec::new(),
     }
 }
 
+/// True when `manager` wants its names on every ServiceAccount of `namespace` that does not
+/// opt out, whatever its name and labels: mode ServiceAccount, no ServiceAccount selection,
+/// and `namespace` in scope and not opted out. Said once per namespace, without building any
+/// object's maps.
+pub fn wants_every_service_account_in(manager: &Manager, namespace: &NamespaceMeta) -> bool {
+    manager.mode == Mode::ServiceAccount
+        && manager.selects_every_service_account()
+        && manager.scope.contains(namespace)
+        && !namespace_opted_out(namespace)
+}
+
 /// The patch appending what `manager` wants and `sa` lacks, as the webhook would have at
 /// creation; `None` when nothing is missing.
 pub fn backfill(
-    sa: &ServiceAccount,
+    sa: &ServiceAccountRecord,
     namespace: &NamespaceMeta,
     manager: &Manager,
 ) -> Option<(Patch, Vec<String>)> {
-    let names = wanted(sa, namespace, [manager]);
-    if names.is_empty() {
+    // Already referencing every name the manager could want: nothing to add.
+    if manager.secret_names().iter().all(|n| sa.references(n)) {
         return None;
     }
-    let object = serde_json::to_value(sa).ok()?;
-    let interpreted = interpret(&object, SubjectKind::ServiceAccount).ok()?;
+    let interpreted = sa.interpreted();
+    let names = match decide(&interpreted.subject(), namespace, [manager]) {
+        Decision::Inject { secrets, .. } => secrets,
+        Decision::Skip(_) => return None,
+    };
     let built = build_patch(&interpreted, &names)?;
-    let mut ops = vec![precondition(sa)?];
+    let mut ops = vec![precondition(sa)];
     ops.extend(built.patch.0);
     Some((Patch(ops), built.added))
 }
@@ -59,13 +70,12 @@ pub fn backfill(
 /// The patch removing `names` from `sa`, but only those cheiron added (listed in
 /// `cheiron.anny.co/reconcile-with`), and updating that annotation; `None` when there is
 /// nothing to remove or the object opts out.
-pub fn removal(sa: &ServiceAccount, names: &[String]) -> Option<(Patch, Vec<String>)> {
-    let annotations = sa.metadata.annotations.as_ref()?;
-    if crate::policy::object_opted_out(annotations) {
+pub fn removal(sa: &ServiceAccountRecord, names: &[String]) -> Option<(Patch, Vec<String>)> {
+    if sa.opted_out() {
         return None;
     }
-    let added: Vec<&str> = annotations
-        .get(annotation::RECONCILE_WITH)?
+    let added: Vec<&str> = sa
+        .annotation(annotation::RECONCILE_WITH)?
         .split(',')
         .map(str::trim)
         .filter(|n| !n.is_empty())
@@ -75,17 +85,16 @@ pub fn removal(sa: &ServiceAccount, names: &[String]) -> Option<(Patch, Vec<Stri
         .copied()
         .filter(|n| names.iter().any(|m| m == n))
         .collect();
-    let list = sa.image_pull_secrets.as_deref().unwrap_or_default();
-    let indexes: Vec<usize> = list
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| removable.contains(&r.name.as_str()))
-        .map(|(i, _)| i)
-        .collect();
     if removable.is_empty() {
         return None;
     }
-    let mut ops = vec![precondition(sa)?];
+    let indexes: Vec<usize> = sa
+        .pull_secrets()
+        .enumerate()
+        .filter(|(_, name)| removable.contains(name))
+        .map(|(i, _)| i)
+        .collect();
+    let mut ops = vec![precondition(sa)];
     // Highest index first, so earlier indexes stay valid.
     for i in indexes.iter().rev() {
         ops.push(PatchOperation::Remove(RemoveOperation {
@@ -100,7 +109,7 @@ pub fn removal(sa: &ServiceAccount, names: &[String]) -> Option<(Patch, Vec<Stri
     let annotation_path = |key: &str| PointerBuf::from_tokens(["metadata", "annotations", key]);
     if remaining.is_empty() {
         for key in [annotation::RECONCILE_WITH, annotation::RECONCILED] {
-            if annotations.contains_key(key) {
+            if sa.annotation(key).is_some() {
                 ops.push(PatchOperation::Remove(RemoveOperation {
                     path: annotation_path(key),
                 }));
@@ -122,16 +131,17 @@ pub fn removal(sa: &ServiceAccount, names: &[String]) -> Option<(Patch, Vec<Stri
 mod tests {
     use std::collections::BTreeMap;
 
-    use k8s_openapi::api::core::v1::LocalObjectReference;
+    use k8s_openapi::api::core::v1::{LocalObjectReference, ServiceAccount};
 
     use super::*;
     use crate::api::ImagePullSecretManager;
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-    fn sa(entries: &[&str], reconcile_with: Option<&str>) -> ServiceAccount {
+    fn object(entries: &[&str], reconcile_with: Option<&str>) -> ServiceAccount {
         let mut sa = ServiceAccount::default();
         sa.metadata.name = Some("default".into());
+        sa.metadata.namespace = Some("team".into());
         sa.metadata.resource_version = Some("7".into());
         sa.image_pull_secrets = Some(
             entries
@@ -146,6 +156,10 @@ mod tests {
             ]));
         }
         sa
+    }
+
+    fn record(sa: &ServiceAccount) -> Result<ServiceAccountRecord, &'static str> {
+        ServiceAccountRecord::of(sa).ok_or("no name or namespace")
     }
 
     fn apply(
@@ -165,22 +179,63 @@ mod tests {
             .collect()
     }
 
+    fn manager(spec: serde_json::Value) -> Result<Manager, Box<dyn std::error::Error>> {
+        let m: ImagePullSecretManager = serde_json::from_value(serde_json::json!({
+            "apiVersion": "cheiron.anny.co/v1alpha1", "kind": "ImagePullSecretManager",
+            "metadata": {"name": "m", "namespace": "team"},
+            "spec": spec,
+        }))?;
+        Ok(Manager::from_namespaced(&m)?)
+    }
+
     #[test]
     fn backfill_appends_missing_names_after_other_writers_entries() -> TestResult {
-        let m: ImagePullSecretManager = serde_saphyr::from_str(
-            "apiVersion: cheiron.anny.co/v1alpha1\nkind: ImagePullSecretManager\nmetadata: {name: m, namespace: team}\nspec:\n  secrets: [{existingSecretRef: {name: a}}, {existingSecretRef: {name: b}}]\n",
-        )?;
-        let m = Manager::from_namespaced(&m)?;
-        let before = sa(&["theirs", "b"], None);
-        let (patch, added) =
-            backfill(&before, &NamespaceMeta::named("team"), &m).ok_or("no patch")?;
+        let m = manager(serde_json::json!({"secrets": [
+            {"existingSecretRef": {"name": "a"}}, {"existingSecretRef": {"name": "b"}}]}))?;
+        let team = NamespaceMeta::named("team");
+        let before = object(&["theirs", "b"], None);
+        let (patch, added) = backfill(&record(&before)?, &team, &m).ok_or("no patch")?;
         assert_eq!(added, ["a"]);
         assert!(matches!(&patch.0[0], PatchOperation::Test(t) if t.value == "7"));
         let after = apply(&before, &patch)?;
         assert_eq!(list(&after), ["theirs", "b", "a"]);
+        assert_eq!(
+            after
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(annotation::RECONCILE_WITH))
+                .map(String::as_str),
+            Some("a")
+        );
         assert!(
-            backfill(&after, &NamespaceMeta::named("team"), &m).is_none(),
+            backfill(&record(&after)?, &team, &m).is_none(),
             "idempotent"
+        );
+        assert!(wants_every_service_account_in(&m, &team));
+        Ok(())
+    }
+
+    #[test]
+    fn backfill_honours_the_selectors_and_the_opt_out() -> TestResult {
+        let team = NamespaceMeta::named("team");
+        let named = manager(serde_json::json!({"serviceAccountNames": ["builder"],
+            "secrets": [{"existingSecretRef": {"name": "a"}}]}))?;
+        let mut sa = object(&[], None);
+        assert!(
+            backfill(&record(&sa)?, &team, &named).is_none(),
+            "not named"
+        );
+        assert!(!wants_every_service_account_in(&named, &team));
+        sa.metadata.name = Some("builder".into());
+        assert!(backfill(&record(&sa)?, &team, &named).is_some());
+        sa.metadata.annotations = Some(BTreeMap::from([(
+            annotation::IGNORE.to_owned(),
+            "true".to_owned(),
+        )]));
+        assert!(
+            backfill(&record(&sa)?, &team, &named).is_none(),
+            "opted out"
         );
         Ok(())
     }
@@ -188,9 +243,9 @@ mod tests {
     #[test]
     fn removal_takes_only_entries_cheiron_added_and_keeps_the_rest() -> TestResult {
         // "shared" was there before cheiron (not in reconcile-with): it must stay.
-        let before = sa(&["shared", "a", "theirs", "b"], Some("a,b"));
+        let before = object(&["shared", "a", "theirs", "b"], Some("a,b"));
         let (patch, removed) =
-            removal(&before, &["a".into(), "shared".into()]).ok_or("no patch")?;
+            removal(&record(&before)?, &["a".into(), "shared".into()]).ok_or("no patch")?;
         assert_eq!(removed, ["a"]);
         let after = apply(&before, &patch)?;
         assert_eq!(list(&after), ["shared", "theirs", "b"]);
@@ -203,7 +258,7 @@ mod tests {
                 .map(String::as_str),
             Some("b")
         );
-        let (patch, _) = removal(&after, &["b".into()]).ok_or("no patch")?;
+        let (patch, _) = removal(&record(&after)?, &["b".into()]).ok_or("no patch")?;
         let emptied = apply(&after, &patch)?;
         assert_eq!(list(&emptied), ["shared", "theirs"]);
         let annotations = emptied.metadata.annotations.unwrap_or_default();
@@ -215,14 +270,15 @@ mod tests {
     }
 
     #[test]
-    fn removal_leaves_objects_without_cheiron_entries_or_opted_out_alone() {
-        assert!(removal(&sa(&["a"], None), &["a".into()]).is_none());
-        let mut opted = sa(&["a"], Some("a"));
+    fn removal_leaves_objects_without_cheiron_entries_or_opted_out_alone() -> TestResult {
+        assert!(removal(&record(&object(&["a"], None))?, &["a".into()]).is_none());
+        let mut opted = object(&["a"], Some("a"));
         opted
             .metadata
             .annotations
             .get_or_insert_with(BTreeMap::new)
             .insert(annotation::IGNORE.into(), "true".into());
-        assert!(removal(&opted, &["a".into()]).is_none());
+        assert!(removal(&record(&opted)?, &["a".into()]).is_none());
+        Ok(())
     }
 }

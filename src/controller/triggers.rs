@@ -3,12 +3,19 @@
 //! cache the reconciles read), routed to the managers each change can concern. Source
 //! Secrets have their own watches (see [`super::source_watches`]).
 
-use futures::{channel::mpsc, future};
+use std::{
+    collections::{HashMap, HashSet},
+    hash::{Hash, Hasher},
+    sync::{Arc, Mutex},
+};
+
+use futures::{StreamExt, channel::mpsc, future};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::{
     Api, Client, ResourceExt,
     core::PartialObjectMeta,
     runtime::{
+        WatchStreamExt,
         reflector::{ObjectRef, Store, store::Writer},
         watcher,
     },
@@ -17,12 +24,12 @@ use kube::{
 use super::{
     kinds::ManagerRef,
     plan::{SecretMeta, keep_data_owners, labelled_owner},
-    service_account_index::{self, ServiceAccountIndex},
+    service_accounts::{ServiceAccountCache, ServiceAccountRecord},
     serviceaccount,
 };
 use crate::{
-    api::{ClusterImagePullSecretManager, ImagePullSecretManager, Mode, label},
-    policy::{Manager, NamespaceMeta},
+    api::{ClusterImagePullSecretManager, ImagePullSecretManager, Mode, annotation, label},
+    policy::{Manager, ManagerId, ManagerIndex, NamespaceMeta, live_managers},
     watch,
 };
 
@@ -92,24 +99,87 @@ impl Triggers {
     /// Asks for a reconcile of the managers that `sa` (in `namespace`) needs something from:
     /// an entry to add, or an entry cheiron added that the manager no longer wants there. A
     /// ServiceAccount as cheiron left it (the watch event of cheiron's own patch) needs
-    /// nothing, and re-queues nothing.
+    /// nothing, and re-queues nothing. Only the managers that could be concerned are looked
+    /// at: those whose scope may hold the namespace, and those naming an entry cheiron added.
     pub fn service_account_changed(
         &self,
-        sa: &ServiceAccount,
+        sa: &ServiceAccountRecord,
         namespace: &NamespaceMeta,
-        namespaced: &Store<ImagePullSecretManager>,
-        cluster: &Store<ClusterImagePullSecretManager>,
+        managers: &RoutableManagers,
     ) {
-        for m in cluster.state() {
-            if Manager::from_cluster(&m).is_ok_and(|c| concerns(sa, namespace, &c)) {
-                self.send(ManagerRef::Cluster(ObjectRef::from_obj(&*m)));
+        let added = sa
+            .annotation(annotation::RECONCILE_WITH)
+            .into_iter()
+            .flat_map(|a| a.split(','))
+            .map(str::trim);
+        let naming = added.flat_map(|n| managers.by_secret.get(n).into_iter().flatten());
+        let mut seen: HashSet<&ManagerId> = HashSet::new();
+        for m in managers.index.candidates(namespace).iter().chain(naming) {
+            if seen.insert(&m.id) && concerns(sa, namespace, m) {
+                self.send(ManagerRef::from(&m.id));
             }
         }
-        for m in namespaced.state() {
-            if m.metadata.namespace.as_deref() == Some(namespace.name.as_str())
-                && Manager::from_namespaced(&m).is_ok_and(|c| concerns(sa, namespace, &c))
-            {
-                self.send(ManagerRef::Namespaced(ObjectRef::from_obj(&*m)));
+    }
+}
+
+/// The live managers, compiled, as routing reads them: filed by scope, and by Secret name.
+#[derive(Debug, Default)]
+pub struct RoutableManagers {
+    index: ManagerIndex,
+    by_secret: HashMap<String, Vec<Arc<Manager>>>,
+}
+
+impl RoutableManagers {
+    /// Files `managers`.
+    pub fn new(managers: Vec<Manager>) -> Self {
+        let index = ManagerIndex::new(managers);
+        let mut by_secret: HashMap<String, Vec<Arc<Manager>>> = HashMap::new();
+        for m in index.all() {
+            for name in m.secret_names() {
+                by_secret.entry(name.clone()).or_default().push(m.clone());
+            }
+        }
+        Self { index, by_secret }
+    }
+}
+
+/// [`RoutableManagers`] compiled again only when a manager changed (a watch event of a
+/// ServiceAccount used to compile every manager).
+#[derive(Clone, Default)]
+pub(super) struct CompiledManagers {
+    cache: Arc<Mutex<Option<(u64, Arc<RoutableManagers>)>>>,
+}
+
+impl CompiledManagers {
+    /// The managers of the two stores as they are now.
+    pub fn current(
+        &self,
+        namespaced: &Store<ImagePullSecretManager>,
+        cluster: &Store<ClusterImagePullSecretManager>,
+    ) -> Arc<RoutableManagers> {
+        let (namespaced, cluster) = (namespaced.state(), cluster.state());
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        for meta in namespaced
+            .iter()
+            .map(|m| &m.metadata)
+            .chain(cluster.iter().map(|m| &m.metadata))
+        {
+            (&meta.uid, &meta.resource_version).hash(&mut hasher);
+        }
+        let stamp = hasher.finish();
+        let Ok(mut cache) = self.cache.lock() else {
+            return Arc::default();
+        };
+        match &*cache {
+            Some((at, compiled)) if *at == stamp => compiled.clone(),
+            _ => {
+                let (live, _invalid) = live_managers(
+                    namespaced.iter().map(|m| &**m),
+                    cluster.iter().map(|m| &**m),
+                );
+                let compiled = Arc::new(RoutableManagers::new(live));
+                *cache = Some((stamp, compiled.clone()));
+                compiled
             }
         }
     }
@@ -117,12 +187,22 @@ impl Triggers {
 
 /// Whether `sa` needs something from `manager`: an entry it should have and lacks, or an
 /// entry cheiron added for one of the manager's names that the manager does not want there.
-fn concerns(sa: &ServiceAccount, namespace: &NamespaceMeta, manager: &Manager) -> bool {
+fn concerns(sa: &ServiceAccountRecord, namespace: &NamespaceMeta, manager: &Manager) -> bool {
     if manager.mode == Mode::ServiceAccount
         && manager.scope.contains(namespace)
         && serviceaccount::backfill(sa, namespace, manager).is_some()
     {
         return true;
+    }
+    // Nothing of the manager's that cheiron added here, or the manager wants it all: nothing
+    // to take away (the common case, said without computing a decision).
+    if !manager
+        .secret_names()
+        .iter()
+        .any(|n| sa.added_by_cheiron(n))
+        || serviceaccount::wants_every_service_account_in(manager, namespace)
+    {
+        return false;
     }
     let wanted = serviceaccount::wanted(sa, namespace, [manager]);
     let stale: Vec<String> = manager
@@ -138,7 +218,6 @@ fn concerns(sa: &ServiceAccount, namespace: &NamespaceMeta, manager: &Manager) -
 pub(super) struct Writers {
     pub namespaces: Writer<PartialObjectMeta<Namespace>>,
     pub secrets: Writer<SecretMeta>,
-    pub service_accounts: Writer<ServiceAccount>,
 }
 
 /// Where watch events are routed: the trigger senders, and the caches that say which
@@ -149,7 +228,8 @@ pub(super) struct Routing {
     pub namespaced: Store<ImagePullSecretManager>,
     pub cluster: Store<ClusterImagePullSecretManager>,
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
-    pub service_account_index: ServiceAccountIndex,
+    pub service_accounts: ServiceAccountCache,
+    pub compiled: CompiledManagers,
 }
 
 /// Watches Namespaces (metadata only), cheiron's own Secrets (label selector) and
@@ -160,7 +240,6 @@ pub(super) async fn route(client: Client, writers: Writers, routing: Routing) {
     let Writers {
         namespaces,
         secrets,
-        service_accounts,
     } = writers;
     let (r1, r2, r3) = (routing.clone(), routing.clone(), routing);
     future::join3(
@@ -193,26 +272,33 @@ pub(super) async fn route(client: Client, writers: Writers, routing: Routing) {
                 }
             },
         ),
-        watch::reflect(
+        // Kept as records, not in a reflector store: see `service_accounts`.
+        watcher(
             Api::<ServiceAccount>::all(client),
             watcher::Config::default(),
-            service_accounts,
-            service_account_index::trim,
-            move |event| {
-                r3.service_account_index.apply(event);
-                // A deleted ServiceAccount needs nothing from anyone.
-                if let watcher::Event::Apply(sa) = event {
-                    let ns = sa.namespace().unwrap_or_default();
-                    let meta = r3
-                        .namespaces
-                        .get(&ObjectRef::new(&ns))
-                        .map(|n| NamespaceMeta::from_metadata(&n.metadata))
-                        .unwrap_or_else(|| NamespaceMeta::named(ns.as_str()));
-                    r3.triggers
-                        .service_account_changed(sa, &meta, &r3.namespaced, &r3.cluster);
+        )
+        .default_backoff()
+        .for_each(move |event| {
+            match event {
+                Ok(event) => {
+                    // A deleted ServiceAccount needs nothing from anyone.
+                    if let Some(sa) = r3.service_accounts.apply(&event) {
+                        let ns = sa.namespace();
+                        let meta = r3
+                            .namespaces
+                            .get(&ObjectRef::new(ns))
+                            .map(|n| NamespaceMeta::from_metadata(&n.metadata))
+                            .unwrap_or_else(|| NamespaceMeta::named(ns));
+                        let managers = r3.compiled.current(&r3.namespaced, &r3.cluster);
+                        r3.triggers.service_account_changed(&sa, &meta, &managers);
+                    }
                 }
-            },
-        ),
+                Err(e) => {
+                    tracing::warn!(kind = "ServiceAccount", error = %e, "watch failed; retrying")
+                }
+            }
+            future::ready(())
+        }),
     )
     .await;
 }
@@ -230,19 +316,32 @@ mod tests {
     use k8s_openapi::api::core::v1::LocalObjectReference;
 
     use super::*;
-    use crate::api::annotation;
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-    fn manager(extra: &str) -> Result<Manager, Box<dyn std::error::Error>> {
-        let m: ClusterImagePullSecretManager = serde_saphyr::from_str(&format!(
-            "apiVersion: cheiron.anny.co/v1alpha1\nkind: ClusterImagePullSecretManager\n\
-             metadata: {{name: m}}\nspec:\n{extra}  secrets: [{{existingSecretRef: {{name: pull, namespace: src}}}}]\n"
-        ))?;
+    fn cluster_manager(
+        name: &str,
+        spec: serde_json::Value,
+    ) -> Result<Manager, Box<dyn std::error::Error>> {
+        let mut spec = spec;
+        spec["secrets"] = serde_json::json!([
+            {"existingSecretRef": {"name": format!("{name}-pull"), "namespace": "src"}}]);
+        let m: ClusterImagePullSecretManager = serde_json::from_value(serde_json::json!({
+            "apiVersion": "cheiron.anny.co/v1alpha1", "kind": "ClusterImagePullSecretManager",
+            "metadata": {"name": name}, "spec": spec,
+        }))?;
         Ok(Manager::from_cluster(&m)?)
     }
 
-    fn sa(name: &str, entries: &[&str], added: Option<&str>) -> ServiceAccount {
+    fn manager(spec: serde_json::Value) -> Result<Manager, Box<dyn std::error::Error>> {
+        cluster_manager("m", spec)
+    }
+
+    fn sa(
+        name: &str,
+        entries: &[&str],
+        added: Option<&str>,
+    ) -> Result<ServiceAccountRecord, &'static str> {
         let mut sa = ServiceAccount::default();
         sa.metadata.namespace = Some("team".into());
         sa.metadata.name = Some(name.into());
@@ -260,20 +359,24 @@ mod tests {
                 .map(|n| LocalObjectReference { name: (*n).into() })
                 .collect(),
         );
-        sa
+        ServiceAccountRecord::of(&sa).ok_or("no record")
     }
 
     #[test]
     fn the_event_of_cheirons_own_patch_concerns_no_manager() -> TestResult {
         let team = NamespaceMeta::named("team");
-        let m = manager("")?;
+        let m = manager(serde_json::json!({}))?;
         assert!(
-            !concerns(&sa("default", &["theirs", "pull"], Some("pull")), &team, &m),
+            !concerns(
+                &sa("default", &["theirs", "m-pull"], Some("m-pull"))?,
+                &team,
+                &m
+            ),
             "as cheiron left it: nothing to do"
         );
         assert!(
-            concerns(&sa("default", &["theirs"], None), &team, &m),
-            "lacks pull"
+            concerns(&sa("default", &["theirs"], None)?, &team, &m),
+            "lacks m-pull"
         );
         Ok(())
     }
@@ -281,13 +384,71 @@ mod tests {
     #[test]
     fn an_entry_the_manager_no_longer_wants_concerns_it() -> TestResult {
         let team = NamespaceMeta::named("team");
-        let narrowed = manager("  serviceAccountNames: [other]\n")?;
-        let left_behind = sa("default", &["pull"], Some("pull"));
+        let narrowed = manager(serde_json::json!({"serviceAccountNames": ["other"]}))?;
+        let left_behind = sa("default", &["m-pull"], Some("m-pull"))?;
         assert!(concerns(&left_behind, &team, &narrowed));
-        let pod_mode = manager("  mode: Pod\n")?;
+        let pod_mode = manager(serde_json::json!({"mode": "Pod"}))?;
         assert!(concerns(&left_behind, &team, &pod_mode));
         // Not cheiron's entry (no record of adding it): never taken away.
-        assert!(!concerns(&sa("default", &["pull"], None), &team, &pod_mode));
+        assert!(!concerns(
+            &sa("default", &["m-pull"], None)?,
+            &team,
+            &pod_mode
+        ));
+        Ok(())
+    }
+
+    /// The managers a ServiceAccount event re-queues.
+    fn routed(
+        sa: &ServiceAccountRecord,
+        namespace: &NamespaceMeta,
+        managers: Vec<Manager>,
+    ) -> Vec<String> {
+        let (triggers, mut streams) = Triggers::new();
+        triggers.service_account_changed(sa, namespace, &RoutableManagers::new(managers));
+        drop(triggers);
+        let mut names = Vec::new();
+        while let Ok(r) = streams.cluster.try_recv() {
+            names.push(r.name);
+        }
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_service_account_event_reaches_only_the_managers_it_needs_something_from() -> TestResult {
+        let apps = NamespaceMeta {
+            name: "team".to_owned(),
+            labels: [("tier".to_owned(), "apps".to_owned())].into(),
+            ..NamespaceMeta::default()
+        };
+        let managers = || -> Result<Vec<Manager>, Box<dyn std::error::Error>> {
+            Ok(vec![
+                cluster_manager(
+                    "apps",
+                    serde_json::json!({"namespaceSelector": {"matchLabels": {"tier": "apps"}}}),
+                )?,
+                cluster_manager(
+                    "web",
+                    serde_json::json!({"namespaceSelector": {"matchLabels": {"tier": "web"}}}),
+                )?,
+                cluster_manager("pods", serde_json::json!({"mode": "Pod"}))?,
+            ])
+        };
+        // Its own patch's event: as cheiron left it, nothing is re-queued.
+        let done = sa("default", &["apps-pull"], Some("apps-pull"))?;
+        assert!(routed(&done, &apps, managers()?).is_empty());
+        // A new ServiceAccount lacks what the manager whose scope holds it adds.
+        let new = sa("app", &[], None)?;
+        assert_eq!(routed(&new, &apps, managers()?), ["apps"]);
+        // An entry cheiron added for a manager whose scope no longer holds the namespace
+        // reaches that manager, found by the Secret's name.
+        let stale = sa(
+            "default",
+            &["apps-pull", "web-pull"],
+            Some("apps-pull,web-pull"),
+        )?;
+        assert_eq!(routed(&stale, &apps, managers()?), ["web"]);
         Ok(())
     }
 }

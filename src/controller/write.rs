@@ -12,7 +12,7 @@ use std::{
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::{
-    Api, ResourceExt,
+    Api,
     api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
 };
 
@@ -21,6 +21,7 @@ use super::{
     desired::{Fetched, SourceKey},
     error::{ControllerError, Issue, IssueKind},
     plan::{self, FIELD_MANAGER, Stale, is_managed},
+    service_accounts::ServiceAccountRecord,
     serviceaccount,
 };
 use crate::{
@@ -160,25 +161,35 @@ fn references(sa: &ServiceAccount, name: &str) -> bool {
         .any(|r| r.name == name)
 }
 
+/// A fresh read of a ServiceAccount, as a record.
+async fn read(
+    api: &Api<ServiceAccount>,
+    name: &str,
+) -> Result<Option<ServiceAccountRecord>, String> {
+    match api.get_opt(name).await {
+        Ok(found) => Ok(found.as_ref().and_then(ServiceAccountRecord::of)),
+        Err(e) => Err(api_error(&e)),
+    }
+}
+
 /// Patches one ServiceAccount (`removing`: the patch takes entries away), recomputing the
 /// patch from a fresh read when another writer got there first.
 async fn patch_service_account(
     ctx: &Context,
     namespace: &str,
     name: &str,
-    first: Option<&ServiceAccount>,
+    first: Option<&ServiceAccountRecord>,
     removing: bool,
-    compute: impl Fn(&ServiceAccount) -> Option<(json_patch::Patch, Vec<String>)>,
+    compute: impl Fn(&ServiceAccountRecord) -> Option<(json_patch::Patch, Vec<String>)>,
 ) -> Result<Option<Vec<String>>, String> {
     let api: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), namespace);
     let mut current = first.cloned();
     for _ in 0..PATCH_ATTEMPTS {
         let sa = match current.take() {
             Some(sa) => sa,
-            None => match api.get_opt(name).await {
-                Ok(Some(sa)) => sa,
-                Ok(None) => return Ok(None),
-                Err(e) => return Err(api_error(&e)),
+            None => match read(&api, name).await? {
+                Some(sa) => sa,
+                None => return Ok(None),
             },
         };
         let Some((patch, names)) = compute(&sa) else {
@@ -203,15 +214,12 @@ async fn patch_service_account(
             // 422 is what a failed `test` of the resourceVersion gets, but also what an
             // admission policy's denial gets: read again, and if the ServiceAccount has not
             // changed, the refusal was not a race and is reported as it is.
-            Err(e) if is_status(&e, 422) => match api.get_opt(name).await {
-                Ok(Some(fresh))
-                    if fresh.metadata.resource_version == sa.metadata.resource_version =>
-                {
+            Err(e) if is_status(&e, 422) => match read(&api, name).await? {
+                Some(fresh) if fresh.resource_version() == sa.resource_version() => {
                     return Err(api_error(&e));
                 }
-                Ok(Some(fresh)) => current = Some(fresh),
-                Ok(None) => return Ok(None),
-                Err(read) => return Err(api_error(&read)),
+                Some(fresh) => current = Some(fresh),
+                None => return Ok(None),
             },
             Err(e) if is_status(&e, 404) => return Ok(None),
             Err(e) => return Err(api_error(&e)),
@@ -304,12 +312,12 @@ enum Change<'a> {
 async fn patch_and_report(
     ctx: &Context,
     namespace: &str,
-    sa: &ServiceAccount,
+    sa: &ServiceAccountRecord,
     change: Change<'_>,
-    compute: impl Fn(&ServiceAccount) -> Option<(json_patch::Patch, Vec<String>)>,
+    compute: impl Fn(&ServiceAccountRecord) -> Option<(json_patch::Patch, Vec<String>)>,
     report: &ServiceAccountReport,
 ) -> Option<Issue> {
-    let name = sa.name_any();
+    let name = sa.name().to_owned();
     let removing = matches!(change, Change::Removed);
     match patch_service_account(ctx, namespace, &name, Some(sa), removing, compute).await {
         Ok(Some(names)) => {
@@ -347,7 +355,7 @@ pub(super) async fn backfill(
 ) -> Vec<Issue> {
     // Items carry an index into `targets`, not a reference: a stream of borrowed items trips
     // the compiler's higher-ranked lifetime inference inside the controller's Send future.
-    let work: Vec<(usize, std::sync::Arc<ServiceAccount>)> = targets
+    let work: Vec<(usize, std::sync::Arc<ServiceAccountRecord>)> = targets
         .iter()
         .enumerate()
         .flat_map(|(i, namespace)| {
@@ -360,7 +368,8 @@ pub(super) async fn backfill(
     stream::iter(work)
         .map(|(i, sa)| async move {
             let namespace = &targets[i];
-            let compute = |sa: &ServiceAccount| serviceaccount::backfill(sa, namespace, manager);
+            let compute =
+                |sa: &ServiceAccountRecord| serviceaccount::backfill(sa, namespace, manager);
             let change = Change::Added(&manager.id);
             patch_and_report(ctx, &namespace.name, &sa, change, compute, report).await
         })
@@ -370,17 +379,43 @@ pub(super) async fn backfill(
         .await
 }
 
+/// The managers of `claimants` that could want one of `names` somewhere: only they decide
+/// whether an entry cheiron added is still wanted.
+fn naming<'m>(claimants: &'m [Manager], names: &[String]) -> Vec<&'m Manager> {
+    claimants
+        .iter()
+        .filter(|m| m.secret_names().iter().any(|n| names.contains(n)))
+        .collect()
+}
+
 /// Removes from the ServiceAccounts of `namespace` the entries of `names` that cheiron added
-/// and that no other manager (`others`) still wants there, [`WRITE_CONCURRENCY`] at a time.
+/// and that no other manager (`others`, those [`naming`] them) still wants there,
+/// [`WRITE_CONCURRENCY`] at a time.
 async fn remove_entries(
     ctx: &Context,
     namespace: &NamespaceMeta,
     names: &[String],
-    others: &[Manager],
+    others: &[&Manager],
     report: &ServiceAccountReport,
 ) -> Vec<Issue> {
-    let compute = |sa: &ServiceAccount| {
-        let still_wanted = serviceaccount::wanted(sa, namespace, others.iter());
+    // Every name wanted on every ServiceAccount here that does not opt out (and one that
+    // opts out is never patched): nothing to look at, the usual case of a resync.
+    let all_kept = names.iter().all(|n| {
+        others.iter().any(|m| {
+            m.secret_names().contains(n)
+                && serviceaccount::wants_every_service_account_in(m, namespace)
+        })
+    });
+    if all_kept {
+        return Vec::new();
+    }
+    let compute = |sa: &ServiceAccountRecord| {
+        // Only names cheiron added can go: most ServiceAccounts are ruled out here, before
+        // any decision is computed.
+        if !names.iter().any(|n| sa.added_by_cheiron(n)) {
+            return None;
+        }
+        let still_wanted = serviceaccount::wanted(sa, namespace, others.iter().copied());
         let remove: Vec<String> = names
             .iter()
             .filter(|n| !still_wanted.contains(n))
@@ -388,7 +423,7 @@ async fn remove_entries(
             .collect();
         serviceaccount::removal(sa, &remove)
     };
-    let work: Vec<std::sync::Arc<ServiceAccount>> = ctx
+    let work: Vec<std::sync::Arc<ServiceAccountRecord>> = ctx
         .service_accounts_in(&namespace.name)
         .into_iter()
         .filter(|sa| compute(sa).is_some())
@@ -414,11 +449,11 @@ pub(super) async fn prune(
     claimants: &[Manager],
     report: &ServiceAccountReport,
 ) -> Vec<Issue> {
+    let names = manager.secret_names();
+    let others = naming(claimants, names);
     let mut issues = Vec::new();
     for namespace in targets {
-        issues.extend(
-            remove_entries(ctx, namespace, manager.secret_names(), claimants, report).await,
-        );
+        issues.extend(remove_entries(ctx, namespace, names, &others, report).await);
     }
     issues
 }
@@ -458,7 +493,8 @@ pub(super) async fn remove(
     let mut failures = Vec::new();
     for (namespace, names) in names {
         let meta = ctx.namespace_or_bare(namespace);
-        failures.extend(remove_entries(ctx, &meta, names, others, report).await);
+        let others = naming(others, names);
+        failures.extend(remove_entries(ctx, &meta, names, &others, report).await);
     }
     for s in stale {
         if failures.iter().any(|f: &Issue| f.namespace == s.namespace) {

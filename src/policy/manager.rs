@@ -249,6 +249,16 @@ impl Manager {
         }
     }
 
+    /// True when the manager selects every ServiceAccount of the namespaces it acts on: no
+    /// `serviceAccountNames`, and no `serviceAccountSelector` narrower than everything.
+    pub fn selects_every_service_account(&self) -> bool {
+        self.service_account_names.is_none()
+            && self
+                .service_account_selector
+                .as_ref()
+                .is_none_or(Selector::selects_all)
+    }
+
     /// Orders managers oldest first (ties broken by kind, namespace and name), the order in
     /// which they claim Secret names.
     pub fn seniority(&self) -> (Option<&Time>, &ManagerId) {

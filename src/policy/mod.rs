@@ -103,10 +103,14 @@ fn ignored(map: &BTreeMap<String, String>) -> bool {
 
 /// True when an object's annotations opt it out of cheiron.
 pub fn object_opted_out(annotations: &BTreeMap<String, String>) -> bool {
-    ignored(annotations)
-        || annotations
-            .get(annotation::RECONCILABLE)
-            .is_some_and(|v| v == "false")
+    opts_out(|key| annotations.get(key).map(String::as_str))
+}
+
+/// [`object_opted_out`] for annotations kept in another shape: `annotation(key)` is the
+/// object's value of `key`.
+pub fn opts_out<'a>(annotation: impl Fn(&str) -> Option<&'a str>) -> bool {
+    annotation(annotation::IGNORE) == Some("true")
+        || annotation(annotation::RECONCILABLE) == Some("false")
 }
 
 /// True when a namespace opts out through its labels or annotations.

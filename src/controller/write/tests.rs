@@ -12,11 +12,7 @@ use std::{
 use k8s_openapi::api::core::v1::{LocalObjectReference, Secret, ServiceAccount};
 use kube::{
     api::ObjectMeta,
-    runtime::{
-        events::{Recorder, Reporter},
-        reflector::{self, store::Writer},
-        watcher,
-    },
+    runtime::{events::Reporter, reflector, watcher},
 };
 use serde_json::json;
 
@@ -25,8 +21,9 @@ use crate::{
     api::{annotation, label},
     controller::{
         context::Caches,
+        events::EventPublisher,
         fake_api::{FakeApi, reply, status},
-        service_account_index::ServiceAccountIndex,
+        service_accounts::ServiceAccountCache,
         triggers::Triggers,
     },
     metrics::Metrics,
@@ -38,22 +35,19 @@ type TestResult = Result<(), Box<dyn std::error::Error>>;
 /// A context over `fake`, with `service_accounts` in its cache.
 fn context(fake: &FakeApi, service_accounts: Vec<ServiceAccount>) -> Context {
     let client = fake.client();
-    let (service_accounts_store, mut writer): (_, Writer<ServiceAccount>) = reflector::store();
-    let index = ServiceAccountIndex::default();
+    let cache = ServiceAccountCache::default();
     let events = std::iter::once(watcher::Event::Init)
         .chain(service_accounts.into_iter().map(watcher::Event::InitApply))
         .chain(std::iter::once(watcher::Event::InitDone));
     for event in events {
-        writer.apply_watcher_event(&event);
-        index.apply(&event);
+        cache.apply(&event);
     }
     let caches = Caches {
         namespaced: reflector::store().0,
         cluster: reflector::store().0,
         namespaces: reflector::store().0,
         secrets: reflector::store().0,
-        service_accounts: service_accounts_store,
-        service_account_index: index,
+        service_accounts: cache,
     };
     let reporter = Reporter {
         controller: "cheiron-test".to_owned(),
@@ -62,7 +56,7 @@ fn context(fake: &FakeApi, service_accounts: Vec<ServiceAccount>) -> Context {
     Context::new(
         client.clone(),
         caches,
-        Recorder::new(client, reporter),
+        EventPublisher::new(client, reporter, 16),
         Arc::new(Metrics::new()),
         Triggers::new().0,
         Duration::from_secs(600),
@@ -261,13 +255,14 @@ async fn remove_pull(
     first: Option<&ServiceAccount>,
 ) -> (Result<Option<Vec<String>>, String>, Vec<String>) {
     let seen = Mutex::new(Vec::new());
-    let compute = |sa: &ServiceAccount| {
+    let compute = |sa: &ServiceAccountRecord| {
         if let Ok(mut s) = seen.lock() {
-            s.push(sa.metadata.resource_version.clone().unwrap_or_default());
+            s.push(sa.resource_version().to_owned());
         }
         serviceaccount::removal(sa, &["pull".to_owned()])
     };
-    let result = patch_service_account(ctx, "team", "default", first, true, compute).await;
+    let first = first.and_then(ServiceAccountRecord::of);
+    let result = patch_service_account(ctx, "team", "default", first.as_ref(), true, compute).await;
     (result, seen.into_inner().unwrap_or_default())
 }
 
