@@ -147,8 +147,11 @@ impl RoutableManagers {
 /// ServiceAccount used to compile every manager).
 #[derive(Clone, Default)]
 pub(super) struct CompiledManagers {
-    cache: Arc<Mutex<Option<(u64, Arc<RoutableManagers>)>>>,
+    /// The managers, and a hash of the stores' uids and resourceVersions they were compiled from.
+    cache: Arc<Mutex<Option<Stamped>>>,
 }
+
+type Stamped = (u64, Arc<RoutableManagers>);
 
 impl CompiledManagers {
     /// The managers of the two stores as they are now.

@@ -1,0 +1,186 @@
+//! The bare client: the writes cheiron makes to converge, made by a plain kube client with the
+//! controller's concurrency, to compare against.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ListParams, Patch, PatchParams, PostParams},
+    core::ObjectMeta,
+};
+use serde_json::{Value, json};
+
+use crate::{
+    Result,
+    controller::{
+        BARE_ANNOTATION, BARE_WITH_ANNOTATION, MANAGERS_AT_ONCE, PATCH_ATTEMPTS, WRITES_IN_FLIGHT,
+        index_of, namespaces_of_manager,
+    },
+    objects::{self, CLUSTER_MANAGERS, namespace},
+};
+
+/// The JSON Patch adding `name` to `sa` as cheiron's would (a `test` of the resourceVersion,
+/// the entry, two annotations), or `None` when `sa` has it.
+fn bare_patch(sa: &ServiceAccount, name: &str) -> Option<json_patch::Patch> {
+    let list = sa.image_pull_secrets.as_deref().unwrap_or_default();
+    if list.iter().any(|r| r.name == name) {
+        return None;
+    }
+    let mut ops = vec![
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": sa.metadata.resource_version}),
+    ];
+    if sa.image_pull_secrets.is_some() {
+        ops.push(json!({"op": "add", "path": "/imagePullSecrets/-", "value": {"name": name}}));
+    } else {
+        ops.push(json!({"op": "add", "path": "/imagePullSecrets", "value": [{"name": name}]}));
+    }
+    let previous = sa
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(BARE_WITH_ANNOTATION))
+        .cloned();
+    let with = match previous {
+        Some(p) if !p.is_empty() => format!("{p},{name}"),
+        _ => name.to_owned(),
+    };
+    let escape = |k: &str| k.replace('~', "~0").replace('/', "~1");
+    if sa.metadata.annotations.is_some() {
+        ops.push(json!({"op": "add", "path": format!("/metadata/annotations/{}", escape(BARE_ANNOTATION)), "value": "true"}));
+        ops.push(json!({"op": "add", "path": format!("/metadata/annotations/{}", escape(BARE_WITH_ANNOTATION)), "value": with}));
+    } else {
+        ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {BARE_ANNOTATION: "true", BARE_WITH_ANNOTATION: with}}));
+    }
+    serde_json::from_value(Value::Array(ops)).ok()
+}
+
+fn status_code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// Patches `sa` like the controller does: from the listed state, again from a fresh read
+/// when another writer got there first.
+async fn bare_patch_service_account(client: &Client, sa: ServiceAccount, name: &str) -> Result {
+    let ns = sa.namespace().unwrap_or_default();
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+    let mut current = sa;
+    for _ in 0..PATCH_ATTEMPTS {
+        let Some(patch) = bare_patch(&current, name) else {
+            return Ok(());
+        };
+        let params = PatchParams {
+            field_manager: Some(objects::FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        match api
+            .patch(&current.name_any(), &params, &Patch::<()>::Json(patch))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if matches!(status_code(&e), Some(409 | 422)) => {
+                current = api.get(&current.name_any()).await?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(format!("ServiceAccount {ns}/{} kept changing", current.name_any()).into())
+}
+
+/// The writes cheiron makes to converge, made by a plain client: per manager, its Secrets
+/// created in each of its namespaces, then every ServiceAccount there patched, [`MANAGERS_AT_ONCE`]
+/// managers at a time with [`WRITES_IN_FLIGHT`] writes in flight each. Timed from the first
+/// write to the last answer; the ServiceAccounts are listed before the clock starts (the
+/// controller has them in its cache too). Returns the time and the number of writes.
+pub async fn bare_client(client: &Client, n: usize) -> Result<(Duration, usize)> {
+    let all: Api<ServiceAccount> = Api::all(client.clone());
+    let mut by_namespace: HashMap<usize, Vec<ServiceAccount>> = HashMap::new();
+    let mut params = ListParams::default().limit(5_000);
+    loop {
+        let page = all.list(&params).await?;
+        for sa in page.items {
+            if let Some(i) = sa.namespace().as_deref().and_then(index_of) {
+                by_namespace.entry(i).or_default().push(sa);
+            }
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => break,
+        }
+    }
+    let by_namespace = Arc::new(by_namespace);
+    let writes = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    stream::iter(0..CLUSTER_MANAGERS)
+        .map(|j| {
+            let (by_namespace, writes) = (by_namespace.clone(), writes.clone());
+            async move {
+                let name = format!("bare-{j}-pull");
+                let targets = namespaces_of_manager(j, n);
+                stream::iter(targets.iter())
+                    .map(|i| {
+                        let name = name.clone();
+                        async move {
+                            let api: Api<Secret> = Api::namespaced(client.clone(), &namespace(*i));
+                            let secret = Secret {
+                                metadata: ObjectMeta {
+                                    name: Some(name),
+                                    labels: Some(BTreeMap::from([(
+                                        BARE_ANNOTATION.to_owned(),
+                                        "true".to_owned(),
+                                    )])),
+                                    ..ObjectMeta::default()
+                                },
+                                type_: Some("kubernetes.io/dockerconfigjson".to_owned()),
+                                data: Some(objects::docker_config(&format!(
+                                    "bare-{j}.example.com"
+                                ))),
+                                ..Secret::default()
+                            };
+                            let pp = PostParams {
+                                field_manager: Some(objects::FIELD_MANAGER.to_owned()),
+                                ..PostParams::default()
+                            };
+                            api.create(&pp, &secret).await.map(|_| ())
+                        }
+                    })
+                    .buffer_unordered(WRITES_IN_FLIGHT)
+                    .try_collect::<Vec<_>>()
+                    .await?;
+                writes.fetch_add(targets.len(), Ordering::Relaxed);
+                let accounts: Vec<ServiceAccount> = targets
+                    .iter()
+                    .flat_map(|i| by_namespace.get(i).cloned().unwrap_or_default())
+                    .collect();
+                let count = accounts.len();
+                stream::iter(accounts)
+                    .map(|sa| bare_patch_service_account(client, sa, &name))
+                    .buffer_unordered(WRITES_IN_FLIGHT)
+                    .try_collect::<Vec<_>>()
+                    .await?;
+                writes.fetch_add(count, Ordering::Relaxed);
+                if j.is_multiple_of(10) {
+                    eprintln!(
+                        "[scale]   bare client: manager {j}'s writes done after {:.1?}",
+                        started.elapsed()
+                    );
+                }
+                Ok::<_, cheiron_harness::Error>(())
+            }
+        })
+        .buffer_unordered(MANAGERS_AT_ONCE)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok((started.elapsed(), writes.load(Ordering::Relaxed)))
+}

@@ -1,0 +1,181 @@
+//! Scale benchmark (docs/design.md §8, the "scale" row) on a real kube-apiserver, through the
+//! e2e harness (etcd, kube-apiserver, kube-controller-manager from `tests/k8s/assets`):
+//!
+//! 1. **controller** at N namespaces labelled `tier=apps`, 5 ServiceAccounts each, 2 N
+//!    unrelated Secrets, and 100 cluster managers in mode ServiceAccount applied at once: one
+//!    over all N namespaces, 99 over N/100 namespaces each. A bare kube client first makes the
+//!    same writes (as many Secret creates and ServiceAccount patches, 4 managers' worth at a
+//!    time with 16 writes in flight each, the controller's concurrency); then a release
+//!    `cheiron controller --no-leader-election --resync 60` converges, and the run records its
+//!    time, RSS, CPU against the apiserver's, Events, no-op reconciles of the manager covering
+//!    every namespace, writes per resync, and RSS again after 10 N unrelated Secrets and 5 N
+//!    unrelated ServiceAccounts;
+//! 2. **webhook** at N namespaces, N/10 managers (100 cluster managers as above, the rest
+//!    namespaced) and about 2 N of cheiron's Secrets: a fresh `cheiron webhook` in cluster mode,
+//!    its time to `/readyz` and its RSS; then the same watches in this process and the pure
+//!    decision (`admission::review` of a ServiceAccount CREATE in a random namespace) timed.
+//!
+//! Run: `cargo bench --bench scale -- --namespaces 10000 [--phases controller,webhook]`. The
+//! mutating webhook registration of the harness is removed first, so that neither cheiron's
+//! controller nor the bare client has its writes mutated by the shared webhook. Progress goes
+//! to stderr, a table to stdout, and the figures to `benches/results/scale-N.json`
+//! (`benches/plot.py` draws them).
+
+mod bare;
+mod controller;
+mod convergence;
+mod objects;
+mod process;
+mod webhook;
+
+use std::{collections::BTreeMap, fmt::Write as _, path::PathBuf, time::Instant};
+
+use cheiron_harness::{self as harness, Scenario};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use kube::{Api, api::ListParams};
+use serde_json::Value;
+
+/// The error type of the benchmark.
+pub type Result<T = ()> = harness::Result<T>;
+
+/// One measured figure: its key in the results file, what it is, the value as printed, the
+/// target, and whether the target is met (if it has one).
+pub struct Row {
+    key: String,
+    metric: String,
+    value: String,
+    number: Value,
+    target: String,
+    met: Option<bool>,
+}
+
+impl Row {
+    /// A figure without a target.
+    pub fn info(key: &str, metric: String, value: String, number: impl Into<Value>) -> Self {
+        Self {
+            key: key.to_owned(),
+            metric,
+            value,
+            number: number.into(),
+            target: "—".to_owned(),
+            met: None,
+        }
+    }
+
+    /// A figure with a target.
+    pub fn target(mut self, target: &str, met: bool) -> Self {
+        self.target = target.to_owned();
+        self.met = Some(met);
+        self
+    }
+}
+
+/// `--name VALUE` from the command line.
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn main() -> Result {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run())
+}
+
+async fn run() -> Result {
+    let namespaces: usize = arg("--namespaces")
+        .map(|n| n.parse())
+        .transpose()?
+        .unwrap_or(1_000);
+    if namespaces < 100 || !namespaces.is_multiple_of(100) {
+        return Err("--namespaces must be a multiple of 100".into());
+    }
+    let phases = arg("--phases").unwrap_or_else(|| "controller,webhook".to_owned());
+    let started = Instant::now();
+    eprintln!("[scale] starting the cluster (etcd, kube-apiserver, kcm, shared webhook)…");
+    let scenario = Scenario::new(harness::cheiron!(), "scale").await?;
+    let cluster = scenario.cluster()?;
+    let client = scenario.client().clone();
+    eprintln!(
+        "[scale] cluster up after {:.1?}; files and logs: {}",
+        started.elapsed(),
+        cluster.dir.display()
+    );
+    // Neither side's writes go through the shared webhook.
+    let registrations: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    for r in registrations.list(&ListParams::default()).await? {
+        if let Some(name) = r.metadata.name {
+            registrations.delete(&name, &Default::default()).await?;
+        }
+    }
+    let load = process::load_average();
+    let mut rows = Vec::new();
+    if phases.contains("controller") {
+        rows.extend(controller::run(&client, cluster, namespaces).await?);
+    }
+    if phases.contains("webhook") {
+        rows.extend(webhook::run(&client, cluster, namespaces).await?);
+    }
+
+    let mut table = String::new();
+    writeln!(table, "| metric | value | target | met |")?;
+    writeln!(table, "|---|---|---|---|")?;
+    for r in &rows {
+        let met = match r.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "—",
+        };
+        writeln!(
+            table,
+            "| {} | {} | {} | {met} |",
+            r.metric, r.value, r.target
+        )?;
+    }
+    println!("\n{table}");
+
+    let mut figures = BTreeMap::new();
+    for r in &rows {
+        figures.insert(r.key.clone(), r.number.clone());
+    }
+    let results = serde_json::json!({
+        "namespaces": namespaces,
+        "phases": phases,
+        "load_average_at_start": load,
+        "runtime_seconds": started.elapsed().as_secs(),
+        "figures": figures,
+    });
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/results");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("scale-{namespaces}.json"));
+    // A webhook-only run keeps the controller figures of an earlier run at the same size.
+    let mut merged: Value = std::fs::read(&path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null);
+    match (&mut merged, results) {
+        (Value::Object(old), Value::Object(new)) => {
+            let old_figures = old.remove("figures");
+            let mut all = new;
+            if let (Some(Value::Object(old_figures)), Some(Value::Object(new_figures))) =
+                (old_figures, all.get_mut("figures"))
+            {
+                for (k, v) in old_figures {
+                    new_figures.entry(k).or_insert(v);
+                }
+            }
+            merged = Value::Object(all);
+        }
+        (_, new) => merged = new,
+    }
+    std::fs::write(&path, serde_json::to_vec_pretty(&merged)?)?;
+    eprintln!(
+        "[scale] figures written to {}; total runtime {:.1?}",
+        path.display(),
+        started.elapsed()
+    );
+    Ok(())
+}

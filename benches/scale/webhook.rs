@@ -1,0 +1,221 @@
+//! The webhook phase: N namespaces, N/10 managers and about 2 N of cheiron's Secrets; a fresh
+//! `cheiron webhook`'s time to `/readyz` and RSS, and the pure decision timed on the same
+//! watches run in this process.
+
+use std::time::{Duration, Instant};
+
+use cheiron::{
+    admin::Readiness,
+    admission,
+    api::{ClusterImagePullSecretManager, ImagePullSecretManager},
+    source::{ClusterSource, Source},
+};
+use cheiron_harness::Cluster;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::{Client, api::ListParams};
+use serde_json::json;
+
+use crate::{
+    Result, Row,
+    objects::{self, CLUSTER_MANAGERS, cluster_manager_name, cluster_secret, many, namespace},
+    process::{self, Cheiron, mib},
+};
+
+/// Reviews timed in process.
+const REVIEWS: usize = 20_000;
+
+pub async fn run(client: &Client, cluster: &Cluster, n: usize) -> Result<Vec<Row>> {
+    let namespaced = n / 10 - CLUSTER_MANAGERS;
+    eprintln!(
+        "[scale] webhook: {n} namespaces, {CLUSTER_MANAGERS} cluster and {namespaced} namespaced managers"
+    );
+    objects::create_plain_namespace(client, objects::SOURCES).await?;
+    many("source Secrets", CLUSTER_MANAGERS, |j| {
+        objects::create_source(client, j)
+    })
+    .await?;
+    many("namespaces", n, |i| objects::create_namespace(client, i)).await?;
+    many("cluster managers", CLUSTER_MANAGERS, |j| {
+        objects::apply_cluster_manager(client, j)
+    })
+    .await?;
+    many("namespaced managers", namespaced, |k| {
+        objects::apply_namespaced_manager(client, k)
+    })
+    .await?;
+    // cheiron's Secrets as the controller would have written them (it may have: creating one
+    // that exists is a no-op here).
+    let copies: Vec<(usize, usize)> = (0..n)
+        .flat_map(|i| {
+            objects::managers_of_namespace(i)
+                .into_iter()
+                .map(move |j| (i, j))
+        })
+        .collect();
+    let copies = &copies;
+    many("cluster managers' Secrets", copies.len(), |k| async move {
+        let (i, j) = copies[k];
+        let manager = cluster_manager_name(j);
+        objects::create_copy(
+            client,
+            &namespace(i),
+            &cluster_secret(j),
+            "ClusterImagePullSecretManager",
+            &manager,
+            None,
+        )
+        .await
+    })
+    .await?;
+    many("namespaced managers' Secrets", namespaced, |k| async move {
+        let ns = namespace(k);
+        objects::create_copy(
+            client,
+            &ns,
+            &format!("own-{k}-pull"),
+            "ImagePullSecretManager",
+            &format!("own-{k}"),
+            Some(&ns),
+        )
+        .await
+    })
+    .await?;
+    let total_namespaces = objects::count::<Namespace>(client, &ListParams::default()).await?;
+    let total_managers = objects::count::<ImagePullSecretManager>(client, &ListParams::default())
+        .await?
+        + objects::count::<ClusterImagePullSecretManager>(client, &ListParams::default()).await?;
+    let total_secrets = objects::count::<Secret>(
+        client,
+        &ListParams::default().labels("app.kubernetes.io/managed-by=cheiron"),
+    )
+    .await?;
+    let shape = format!(
+        "{total_namespaces} namespaces, {total_managers} managers, {total_secrets} cheiron Secrets"
+    );
+    eprintln!("[scale] webhook: the cluster holds {shape}");
+
+    let tls = cluster.webhook_tls_dir().to_string_lossy().into_owned();
+    let mut webhook = Cheiron::start(
+        cluster,
+        "scale-webhook",
+        &[
+            "webhook",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-cert-dir",
+            &tls,
+            "--shutdown-delay",
+            "0",
+        ],
+        "info",
+    )?;
+    let ready = webhook.until_ready(Duration::from_secs(600)).await?;
+    eprintln!("[scale]   /readyz 200 after {ready:.1?}; sampling VmRSS");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let m = process::max_memory(webhook.pid(), 10).await?;
+    webhook.stop();
+    let (target, limit) = if n >= 100_000 {
+        ("< 64 MiB", 64.0)
+    } else if n >= 10_000 {
+        ("< 40 MiB (10 000 ns, 1 000 managers, 20 000 Secrets)", 40.0)
+    } else {
+        ("—", f64::INFINITY)
+    };
+    let mut rows = vec![
+        Row::info(
+            "webhook_ready_seconds",
+            format!("webhook: start → /readyz 200 ({shape})"),
+            format!("{:.1} s", ready.as_secs_f64()),
+            ready.as_secs_f64(),
+        )
+        .target("within seconds", ready < Duration::from_secs(10)),
+        {
+            let row = Row::info(
+                "webhook_rss_mib",
+                format!("webhook RSS, cluster mode ({shape})"),
+                format!(
+                    "{:.1} MiB (max of 10 samples from 5 s after /readyz; RssAnon {:.1} + RssFile {:.1}; VmHWM {:.1})",
+                    mib(m.rss),
+                    mib(m.anon),
+                    mib(m.file),
+                    mib(m.hwm)
+                ),
+                json!({"rss": mib(m.rss), "anon": mib(m.anon), "file": mib(m.file), "hwm": mib(m.hwm)}),
+            );
+            if limit.is_finite() {
+                row.target(target, mib(m.rss) < limit)
+            } else {
+                row
+            }
+        },
+    ];
+    rows.push(decision(client, n, &shape).await?);
+    Ok(rows)
+}
+
+/// Starts the webhook's watches in this process and times `admission::review` of a
+/// ServiceAccount CREATE in random namespaces of the measured set.
+async fn decision(client: &Client, n: usize, shape: &str) -> Result<Row> {
+    let (source, watches) = ClusterSource::start(client.clone()).await?;
+    let watches = tokio::spawn(watches);
+    let started = Instant::now();
+    while !source.is_ready() {
+        if started.elapsed() > Duration::from_secs(600) {
+            return Err("the in-process watches did not sync within 600 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let view = source.view();
+    // A small xorshift: the namespaces are spread, the run is repeatable.
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let bodies: Vec<Vec<u8>> = (0..1_000)
+        .map(|k| {
+            let ns = namespace((next() % n as u64) as usize);
+            serde_json::to_vec(&json!({
+                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {
+                    "uid": format!("bench-{k}"),
+                    "kind": {"group": "", "version": "v1", "kind": "ServiceAccount"},
+                    "resource": {"group": "", "version": "v1", "resource": "serviceaccounts"},
+                    "namespace": ns, "operation": "CREATE",
+                    "userInfo": {"username": "bench"},
+                    "object": {"apiVersion": "v1", "kind": "ServiceAccount",
+                               "metadata": {"name": format!("app-{k}"), "namespace": ns, "labels": {"app": "web"}}},
+                },
+            }))
+        })
+        .collect::<std::result::Result<_, _>>()?;
+    let mut samples = Vec::with_capacity(REVIEWS);
+    let mut patched = 0;
+    for k in 0..REVIEWS {
+        let body = &bodies[k % bodies.len()];
+        let t = Instant::now();
+        let admission = admission::review(body, view)?;
+        samples.push(t.elapsed());
+        if admission.outcome == admission::Outcome::Patched {
+            patched += 1;
+        }
+    }
+    watches.abort();
+    samples.sort();
+    let pct = |p: usize| samples[((p * samples.len()).div_ceil(100)).clamp(1, samples.len()) - 1];
+    let (p50, p99, max) = (
+        pct(50),
+        pct(99),
+        samples.last().copied().unwrap_or_default(),
+    );
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    Ok(Row::info(
+        "decision_us",
+        format!("pure decision: admission::review of a ServiceAccount CREATE in a random namespace, on the watches' view ({shape}; {REVIEWS} reviews, {patched} patched)"),
+        format!("p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs", us(p50), us(p99), us(max)),
+        json!({"p50": us(p50), "p99": us(p99), "max": us(max)}),
+    )
+    .target("p99 < 100 µs", p99 < Duration::from_micros(100)))
+}
