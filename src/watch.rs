@@ -5,7 +5,11 @@
 use futures::{StreamExt, future};
 use kube::{
     Api, Resource,
-    runtime::{WatchStreamExt, reflector::store::Writer, watcher},
+    runtime::{
+        WatchStreamExt,
+        reflector::{ObjectRef, store::Writer},
+        watcher,
+    },
 };
 use serde::de::DeserializeOwned;
 
@@ -25,6 +29,51 @@ pub async fn reflect<K>(
     watcher(api, config)
         .default_backoff()
         .modify(keep)
+        .reflect(writer)
+        .for_each(|event| {
+            match event {
+                Ok(event) => on_event(&event),
+                Err(e) => tracing::warn!(
+                    kind = %K::kind(&K::DynamicType::default()),
+                    error = %e,
+                    "watch failed; retrying"
+                ),
+            }
+            future::ready(())
+        })
+        .await;
+}
+
+/// [`reflect`] for a cache that holds only the objects `admit` accepts (after `keep`): one it
+/// refuses is never stored, and is removed if an earlier version was; `on_event` sees only what
+/// concerns the cache. What others create then costs the cache nothing, whatever labels they
+/// copy onto it (the controller's cache of cheiron's Secrets).
+pub async fn reflect_admitted<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: Writer<K>,
+    keep: impl FnMut(&mut K) + Send,
+    admit: impl Fn(&K) -> bool + Send,
+    mut on_event: impl FnMut(&watcher::Event<K>),
+) where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+{
+    let stored = writer.as_reader();
+    watcher(api, config)
+        .default_backoff()
+        .modify(keep)
+        .filter_map(move |event| {
+            let was_stored = |o: &K| stored.get(&ObjectRef::from_obj(o)).is_some();
+            future::ready(match event {
+                Ok(watcher::Event::InitApply(o)) if !admit(&o) => None,
+                Ok(watcher::Event::Apply(o)) if !admit(&o) => {
+                    was_stored(&o).then_some(Ok(watcher::Event::Delete(o)))
+                }
+                Ok(watcher::Event::Delete(o)) if !admit(&o) && !was_stored(&o) => None,
+                other => Some(other),
+            })
+        })
         .reflect(writer)
         .for_each(|event| {
             match event {

@@ -23,7 +23,7 @@ use kube::{
 
 use super::{
     kinds::ManagerRef,
-    plan::{SecretMeta, keep_data_owners, labelled_owner},
+    plan::{SecretMeta, is_managed, keep_data_owners, labelled_owner},
     service_accounts::{ServiceAccountCache, ServiceAccountRecord},
     serviceaccount,
 };
@@ -258,10 +258,11 @@ pub(super) async fn route(client: Client, writers: Writers, routing: Routing) {
                 }
             },
         ),
-        watch::reflect(
+        watch::reflect_admitted(
             Api::<SecretMeta>::all(client.clone()),
-            // Metadata only, and only Secrets whose labels name a manager: what tenants label
-            // costs a few hundred bytes each, never a copy of their data.
+            // Metadata only, of the Secrets whose labels name a manager, and of those only the
+            // ones a manager owns (an ownerReference, see `plan::is_managed`): labels anyone can
+            // copy onto their own Secrets cost nothing here, not even their metadata.
             watcher::Config::default().labels(&format!(
                 "{},{}",
                 label::managed_by_selector(),
@@ -269,6 +270,7 @@ pub(super) async fn route(client: Client, writers: Writers, routing: Routing) {
             )),
             secrets,
             |s: &mut SecretMeta| keep_data_owners(&mut s.metadata),
+            |s: &SecretMeta| is_managed(&s.metadata),
             move |event| {
                 if let Some(owner) = changed(event).and_then(|s| labelled_owner(&s.metadata)) {
                     r2.triggers.send(ManagerRef::from(&owner));
