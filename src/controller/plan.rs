@@ -229,13 +229,18 @@ pub fn secret(
 }
 
 fn is_cheiron_owner(reference: &OwnerReference) -> bool {
-    reference.api_version.starts_with(&format!("{GROUP}/"))
+    reference
+        .api_version
+        .strip_prefix(GROUP)
+        .is_some_and(|version| version.starts_with('/'))
 }
 
-/// True when the Secret whose metadata is `current` already is what `manager` wants.
+/// True when the Secret whose metadata is `current` already is what `manager` wants: content
+/// of hash `hash`, labelled with `labels` (its [`owner_labels`]), owned by `owner`.
 fn up_to_date(
     current: &ObjectMeta,
-    content: &[u8],
+    hash: &str,
+    labels: &BTreeMap<String, String>,
     manager: &ManagerId,
     owner: &OwnerReference,
 ) -> bool {
@@ -243,13 +248,11 @@ fn up_to_date(
         .annotations
         .as_ref()
         .and_then(|a| a.get(annotation::CONTENT_HASH))
-        .is_some_and(|hash| *hash == content_hash(content))
+        .is_some_and(|h| h == hash)
         && !data_written_by_others(current);
-    let labels = current.labels.clone().unwrap_or_default();
-    let labels_ok = owner_labels(manager)
-        .iter()
-        .all(|(k, v)| labels.get(k) == Some(v))
-        && (manager.namespace.is_some() || !labels.contains_key(label::MANAGER_NAMESPACE));
+    let has = |k: &str| current.labels.as_ref().and_then(|l| l.get(k));
+    let labels_ok = labels.iter().all(|(k, v)| has(k) == Some(v))
+        && (manager.namespace.is_some() || has(label::MANAGER_NAMESPACE).is_none());
     let owners: Vec<&OwnerReference> = current
         .owner_references
         .iter()
@@ -298,17 +301,16 @@ fn updated(
     next
 }
 
-/// The oldest manager in `claimants` (sorted oldest first) that wants `name` in `namespace`.
-fn winner<'a>(
-    claimants: &'a [Manager],
-    namespace: &NamespaceMeta,
-    name: &str,
-) -> Option<&'a Manager> {
-    claimants.iter().find(|m| {
-        m.secret_names().iter().any(|n| n == name)
-            && m.scope.contains(namespace)
-            && !namespace_opted_out(namespace)
-    })
+/// The oldest manager of `claimants` (those that name the Secret, sorted oldest first) whose
+/// scope holds `namespace`.
+fn winner<'a>(claimants: &[&'a Manager], namespace: &NamespaceMeta) -> Option<&'a Manager> {
+    if namespace_opted_out(namespace) {
+        return None;
+    }
+    claimants
+        .iter()
+        .find(|m| m.scope.contains(namespace))
+        .copied()
 }
 
 /// Plans one reconcile of `manager`.
@@ -333,14 +335,30 @@ pub fn plan(
         .filter(|s| is_managed(s))
         .filter_map(|s| Some(((s.namespace.as_deref()?, s.name.as_deref()?), s)))
         .collect();
+    // Worked out once, not once per namespace: who claims each name, the content's hash,
+    // the labels.
+    let claiming: Vec<Vec<&Manager>> = desired
+        .iter()
+        .map(|d| {
+            claimants
+                .iter()
+                .filter(|m| m.secret_names().contains(&d.name))
+                .collect()
+        })
+        .collect();
+    let hashes: Vec<Option<String>> = desired
+        .iter()
+        .map(|d| d.content.as_deref().map(content_hash))
+        .collect();
+    let labels = owner_labels(me);
     let mut out = Plan::default();
     for namespace in namespaces
         .iter()
         .filter(|ns| target_set.contains(ns.name.as_str()))
     {
         let ns = namespace.name.as_str();
-        for wanted in desired {
-            match winner(claimants, namespace, &wanted.name) {
+        for (i, wanted) in desired.iter().enumerate() {
+            match winner(&claiming[i], namespace) {
                 Some(w) if w.id != *me => {
                     out.lost.push(Lost {
                         namespace: ns.to_owned(),
@@ -371,7 +389,17 @@ pub fn plan(
                 None => out
                     .creates
                     .push(secret(ns, &wanted.name, content, me, owner)),
-                Some(current) if up_to_date(current, content, me, owner) => out.unchanged += 1,
+                Some(current)
+                    if up_to_date(
+                        current,
+                        hashes[i].as_deref().unwrap_or(""),
+                        &labels,
+                        me,
+                        owner,
+                    ) =>
+                {
+                    out.unchanged += 1
+                }
                 Some(current) => out.updates.push(updated(current, content, me, owner)),
             }
         }

@@ -250,7 +250,7 @@ pub(super) async fn route(client: Client, writers: Writers, routing: Routing) {
             Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
             watcher::Config::default(),
             namespaces,
-            watch::keep_all,
+            trim_namespace,
             move |event| {
                 if let Some(ns) = changed(event) {
                     r1.triggers
@@ -306,6 +306,20 @@ pub(super) async fn route(client: Client, writers: Writers, routing: Routing) {
         }),
     )
     .await;
+}
+
+/// Keeps of a Namespace what the controller reads: its name, labels, cheiron's own
+/// annotations (the opt-out) and whether it is being deleted.
+fn trim_namespace(ns: &mut PartialObjectMeta<Namespace>) {
+    let meta = &mut ns.metadata;
+    meta.managed_fields = None;
+    meta.owner_references = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.retain(|key, _| {
+            key.strip_prefix(crate::api::GROUP)
+                .is_some_and(|rest| rest.starts_with('/'))
+        });
+    }
 }
 
 /// The object of an event that changes one object after the initial list.
@@ -365,6 +379,33 @@ mod tests {
                 .collect(),
         );
         ServiceAccountRecord::of(&sa).ok_or("no record")
+    }
+
+    #[test]
+    fn a_namespace_is_cached_with_its_labels_and_only_cheirons_annotations() {
+        let mut ns: PartialObjectMeta<Namespace> = PartialObjectMeta::default();
+        ns.metadata.name = Some("team".into());
+        ns.metadata.labels = Some([("tier".to_owned(), "apps".to_owned())].into());
+        ns.metadata.annotations = Some(
+            [
+                (annotation::IGNORE.to_owned(), "true".to_owned()),
+                (
+                    "kubectl.kubernetes.io/last-applied-configuration".to_owned(),
+                    "{…}".to_owned(),
+                ),
+            ]
+            .into(),
+        );
+        ns.metadata.managed_fields = Some(vec![Default::default()]);
+        trim_namespace(&mut ns);
+        let meta = NamespaceMeta::from_metadata(&ns.metadata);
+        assert_eq!(meta.labels.len(), 1);
+        assert_eq!(
+            meta.annotations.keys().collect::<Vec<_>>(),
+            [annotation::IGNORE]
+        );
+        assert!(crate::policy::namespace_opted_out(&meta));
+        assert_eq!(ns.metadata.managed_fields, None);
     }
 
     #[test]
