@@ -270,6 +270,8 @@ mod chart {
                 "networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/28",
                 "networkPolicy.adminFrom=null",
             ],
+            vec!["metrics.auth=kubernetes", "serviceMonitor.enabled=true"],
+            vec!["metrics.auth=kubernetes", "deployment=combined"],
         ] {
             let mut args = vec!["lint", "--strict", "charts/cheiron"];
             for value in &values {
@@ -596,6 +598,56 @@ mod chart {
         Ok(())
     }
 
+    #[test]
+    fn metrics_auth_renders_the_plain_manifests_rbac_and_flag_in_both_modes() -> Result {
+        use cheiron::install::{DeploymentMode, MetricsAuth};
+
+        let install = Install {
+            metrics_auth: MetricsAuth::Kubernetes,
+            ..Install::default()
+        };
+        for (mode, values) in [
+            (DeploymentMode::Split, vec!["metrics.auth=kubernetes"]),
+            (
+                DeploymentMode::Combined,
+                vec!["metrics.auth=kubernetes", "deployment=combined"],
+            ),
+        ] {
+            let plain = [
+                install.server_objects_for(mode)?,
+                install.certificate_objects()?,
+            ]
+            .concat();
+            let chart = render(&values)?;
+            assert_eq!(
+                access(&plain),
+                access(&chart),
+                "{mode}: charts/cheiron/templates/rbac.yaml has drifted from src/install/"
+            );
+            for name in named(&plain, "Deployment") {
+                let (p, c) = (args(&plain, &name)?, args(&chart, &name)?);
+                assert!(
+                    p.contains(&"--metrics-auth=kubernetes"),
+                    "{mode}: {name}: {p:?}"
+                );
+                assert_eq!(p, c, "{mode}: {name}");
+            }
+            for name in ["cheiron-metrics-auth", "cheiron-metrics-reader"] {
+                find(&chart, "ClusterRole", name)?;
+            }
+        }
+        let monitor = render(&["metrics.auth=kubernetes", "serviceMonitor.enabled=true"])?;
+        let endpoint = &find(&monitor, "ServiceMonitor", "cheiron")?["spec"]["endpoints"][0];
+        assert_eq!(
+            endpoint["bearerTokenFile"],
+            "/var/run/secrets/kubernetes.io/serviceaccount/token"
+        );
+        let open = render(&["serviceMonitor.enabled=true"])?;
+        let endpoint = &find(&open, "ServiceMonitor", "cheiron")?["spec"]["endpoints"][0];
+        assert!(endpoint["bearerTokenFile"].is_null(), "{endpoint}");
+        Ok(())
+    }
+
     /// Kind and name of every object of `kind` in `objects`, sorted.
     fn named(objects: &[Value], kind: &str) -> Vec<String> {
         let mut names: Vec<String> = objects
@@ -843,6 +895,7 @@ mod chart {
                 "set replicaCount to 1",
             ),
             (vec!["deployment=both"], "deployment"),
+            (vec!["metrics.auth=basic"], "auth"),
             (vec!["controller.replicaCount=0"], "replicaCount"),
             (vec!["controller.extraArgs={resync}"], "extraArgs"),
             (vec!["networkPolicy.webhookFrom[0].ports=8443"], "ports"),

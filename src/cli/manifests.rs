@@ -9,7 +9,7 @@ use std::{io::Write, path::PathBuf};
 use anyhow::{Context, bail};
 use clap::Args;
 
-use crate::install::{DEFAULT_NAMESPACE, DeploymentMode, Install, default_image};
+use crate::install::{DEFAULT_NAMESPACE, DeploymentMode, Install, MetricsAuth, default_image};
 
 /// Arguments of `cheiron manifests`.
 #[derive(Args, Debug)]
@@ -36,6 +36,16 @@ pub struct ManifestsArgs {
         env = "CHEIRON_DEPLOYMENT"
     )]
     deployment: DeploymentMode,
+    /// `--metrics-auth` of every cheiron command: `kubernetes` also writes the RBAC it needs
+    /// (TokenReviews, SubjectAccessReviews) and a ClusterRole to bind to your scraper.
+    #[arg(
+        long,
+        value_name = "AUTH",
+        value_enum,
+        default_value_t = MetricsAuth::None,
+        env = "CHEIRON_MANIFESTS_METRICS_AUTH"
+    )]
+    metrics_auth: MetricsAuth,
 }
 
 /// A namespace name is a DNS label.
@@ -65,8 +75,14 @@ impl ManifestsArgs {
             namespace,
             image,
             deployment,
+            metrics_auth,
         } = self;
-        let files = Install { namespace, image }.files_for(deployment)?;
+        let files = Install {
+            namespace,
+            image,
+            metrics_auth,
+        }
+        .files_for(deployment)?;
         let Some(dir) = dir else {
             for file in &files {
                 let body = file
@@ -131,6 +147,7 @@ mod tests {
             namespace: DEFAULT_NAMESPACE.into(),
             image: default_image(),
             deployment: DeploymentMode::Split,
+            metrics_auth: MetricsAuth::None,
         }
         .run(&mut out)?;
         let text = String::from_utf8(out)?;
@@ -157,6 +174,7 @@ mod tests {
             namespace: DEFAULT_NAMESPACE.into(),
             image: default_image(),
             deployment: DeploymentMode::Split,
+            metrics_auth: MetricsAuth::None,
         };
         let error = args(true)
             .run(&mut Vec::new())

@@ -11,6 +11,8 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 
+pub use crate::admin::MetricsAuth;
+
 /// The namespace of the plain manifests.
 pub const DEFAULT_NAMESPACE: &str = "cheiron-system";
 /// Name of the Service and the MutatingWebhookConfiguration, and of the Deployment and
@@ -29,6 +31,12 @@ pub const TLS_SECRET: &str = "cheiron-tls";
 pub const CERTIFICATES: &str = "cheiron-certs";
 /// The controller's Lease (the default of `--leader-election-id`).
 pub const LEASE: &str = "cheiron-controller";
+/// With `--metrics-auth kubernetes`: the ClusterRole (and binding) that lets every identity
+/// of cheiron review the tokens of `/metrics` requests.
+pub const METRICS_AUTH: &str = "cheiron-metrics-auth";
+/// With `--metrics-auth kubernetes`: the ClusterRole to bind to whoever scrapes `/metrics`
+/// (`get` on the non-resource URL); cheiron binds it to no one.
+pub const METRICS_READER: &str = "cheiron-metrics-reader";
 /// Port the Service exposes to the apiserver.
 pub const SERVICE_PORT: i32 = 443;
 /// Container port of `--listen` (HTTPS, POST /mutate).
@@ -149,6 +157,9 @@ pub struct Install {
     pub namespace: String,
     /// Image of both `cheiron` and `cheiron-certs`.
     pub image: String,
+    /// `--metrics-auth` of every cheiron command; `kubernetes` adds the RBAC it needs
+    /// ([`METRICS_AUTH`]) and the ClusterRole for scrapers ([`METRICS_READER`]).
+    pub metrics_auth: MetricsAuth,
 }
 
 impl Default for Install {
@@ -156,6 +167,7 @@ impl Default for Install {
         Self {
             namespace: DEFAULT_NAMESPACE.to_owned(),
             image: default_image(),
+            metrics_auth: MetricsAuth::None,
         }
     }
 }

@@ -12,8 +12,8 @@ use serde_json::Value;
 use super::{
     WebhookClient, WebhookRegistration, certificates,
     installation::{
-        CERTIFICATES, CONTROLLER, DeploymentMode, Install, LEASE, NAME, SERVICE_PORT, TLS_SECRET,
-        WEBHOOK, Workload,
+        CERTIFICATES, CONTROLLER, DeploymentMode, Install, LEASE, METRICS_AUTH, METRICS_READER,
+        MetricsAuth, NAME, SERVICE_PORT, TLS_SECRET, WEBHOOK, Workload,
     },
     network_policy, rbac, workload,
 };
@@ -61,12 +61,12 @@ impl Install {
         }
     }
 
-    /// A ClusterRole with `rules`, bound to `service_account` cluster-wide.
+    /// A ClusterRole with `rules`, bound to `service_accounts` cluster-wide.
     fn cluster_access(
         &self,
         name: &str,
         component: &str,
-        service_account: &str,
+        service_accounts: &[&str],
         rules: Vec<PolicyRule>,
     ) -> Result<[Value; 2], ManifestError> {
         let role = ClusterRole {
@@ -81,7 +81,7 @@ impl Install {
                 kind: "ClusterRole".to_owned(),
                 name: name.to_owned(),
             },
-            subjects: Some(vec![self.subject(service_account)]),
+            subjects: Some(service_accounts.iter().map(|sa| self.subject(sa)).collect()),
         };
         Ok([to_value(&role)?, to_value(&binding)?])
     }
@@ -133,7 +133,9 @@ impl Install {
     ///
     /// Both modes have the same ClusterRoles and Role; only who they are bound to differs. Split,
     /// `cheiron-webhook` is bound to the webhook's ServiceAccount and `cheiron-controller` and
-    /// the Lease's Role to the controller's; combined, all three to `cheiron`, the union.
+    /// the Lease's Role to the controller's; combined, all three to `cheiron`, the union. With
+    /// `--metrics-auth kubernetes`, `cheiron-metrics-auth` is bound to every identity (each
+    /// serves `/metrics`), and `cheiron-metrics-reader` waits for the scraper's binding.
     pub fn server_objects_for(&self, mode: DeploymentMode) -> Result<Vec<Value>, ManifestError> {
         let workloads = mode.workloads();
         let identity = |serves: fn(Workload) -> bool| {
@@ -157,13 +159,13 @@ impl Install {
         objects.extend(self.cluster_access(
             WEBHOOK,
             "webhook",
-            webhook_identity,
+            &[webhook_identity],
             rbac::webhook_rules(),
         )?);
         objects.extend(self.cluster_access(
             CONTROLLER,
             "controller",
-            controller_identity,
+            &[controller_identity],
             rbac::controller_rules(),
         )?);
         objects.extend(self.namespace_access(
@@ -172,6 +174,20 @@ impl Install {
             controller_identity,
             rbac::leader_election_rules(LEASE),
         )?);
+        if self.metrics_auth == MetricsAuth::Kubernetes {
+            let identities: Vec<&str> = workloads.iter().map(|w| w.name()).collect();
+            objects.extend(self.cluster_access(
+                METRICS_AUTH,
+                "metrics",
+                &identities,
+                rbac::metrics_auth_rules(),
+            )?);
+            objects.push(to_value(&ClusterRole {
+                metadata: self.cluster_meta(METRICS_READER, "metrics"),
+                rules: Some(rbac::metrics_reader_rules()),
+                aggregation_rule: None,
+            })?);
+        }
         objects.push(to_value(&workload::service(self))?);
         if workloads.contains(&Workload::Controller) {
             objects.push(to_value(&workload::controller_service(self))?);
@@ -208,7 +224,7 @@ impl Install {
         objects.extend(self.cluster_access(
             CERTIFICATES,
             "certificates",
-            CERTIFICATES,
+            &[CERTIFICATES],
             rbac::certificates_webhook_rules(NAME),
         )?);
         objects.push(to_value(&certificates::job(self))?);
@@ -430,6 +446,59 @@ mod tests {
                 );
             }
         }
+        Ok(())
+    }
+
+    #[test]
+    fn metrics_auth_binds_token_reviews_to_every_identity_and_offers_a_reader_role()
+    -> Result<(), ManifestError> {
+        let install = Install {
+            metrics_auth: MetricsAuth::Kubernetes,
+            ..Install::default()
+        };
+        for (mode, identities) in [
+            (
+                DeploymentMode::Split,
+                vec!["cheiron-webhook", "cheiron-controller"],
+            ),
+            (DeploymentMode::Combined, vec!["cheiron"]),
+        ] {
+            let objects = install.server_objects_for(mode)?;
+            let binding = objects
+                .iter()
+                .find(|o| {
+                    o["kind"] == "ClusterRoleBinding" && o["metadata"]["name"] == METRICS_AUTH
+                })
+                .cloned()
+                .unwrap_or_default();
+            let subjects: Vec<&str> = binding["subjects"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s["name"].as_str())
+                .collect();
+            assert_eq!(subjects, identities, "{mode}");
+            let reader = objects
+                .iter()
+                .filter(|o| o["metadata"]["name"] == METRICS_READER)
+                .map(|o| o["kind"].as_str().unwrap_or_default())
+                .collect::<Vec<_>>();
+            assert_eq!(reader, ["ClusterRole"], "{mode}: a role, bound to no one");
+            for deployment in objects.iter().filter(|o| o["kind"] == "Deployment") {
+                let args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
+                assert!(
+                    args.as_array()
+                        .is_some_and(|a| a.contains(&"--metrics-auth=kubernetes".into())),
+                    "{mode}: {args}"
+                );
+            }
+        }
+        let default = Install::default().server_objects()?;
+        assert!(
+            !default.iter().any(|o| [METRICS_AUTH, METRICS_READER]
+                .contains(&o["metadata"]["name"].as_str().unwrap_or_default())),
+            "no metrics RBAC unless asked for"
+        );
         Ok(())
     }
 

@@ -13,9 +13,10 @@ mod workload;
 
 pub use certificates::{JOB_TTL_SECONDS, create_args, patch_args};
 pub use installation::{
-    ADMIN_PORT, CERTIFICATES, CONTROLLER, DEFAULT_NAMESPACE, DeploymentMode, Install, LEASE, NAME,
-    RUN_AS, SERVICE_PORT, SHUTDOWN_DELAY_SECONDS, TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR,
-    TLS_SECRET, WEBHOOK, WEBHOOK_PORT, Workload, default_image,
+    ADMIN_PORT, CERTIFICATES, CONTROLLER, DEFAULT_NAMESPACE, DeploymentMode, Install, LEASE,
+    METRICS_AUTH, METRICS_READER, MetricsAuth, NAME, RUN_AS, SERVICE_PORT, SHUTDOWN_DELAY_SECONDS,
+    TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR, TLS_SECRET, WEBHOOK, WEBHOOK_PORT, Workload,
+    default_image,
 };
 pub use manifests::{ManifestError, ManifestFile};
 pub use webhook_configuration::{FailurePolicy, WebhookClient, WebhookRegistration};

@@ -91,6 +91,34 @@ pub fn leader_election_rules(lease: &str) -> Vec<PolicyRule> {
     ]
 }
 
+/// With `--metrics-auth kubernetes`, what every cheiron identity asks the apiserver about a
+/// `/metrics` request (`src/admin/access.rs`): who its bearer token belongs to
+/// (TokenReview) and whether that user may `get` `/metrics` (SubjectAccessReview). The same
+/// two rules as the built-in `system:auth-delegator` ClusterRole, spelt out here so that they
+/// are reviewed with the rest.
+pub fn metrics_auth_rules() -> Vec<PolicyRule> {
+    vec![
+        rule("authentication.k8s.io", &["tokenreviews"], &["create"]),
+        rule(
+            "authorization.k8s.io",
+            &["subjectaccessreviews"],
+            &["create"],
+        ),
+    ]
+}
+
+/// With `--metrics-auth kubernetes`, what a scraper (Prometheus' ServiceAccount) needs to read
+/// `/metrics`: `get` on that non-resource URL. Bound to no one by cheiron.
+pub fn metrics_reader_rules() -> Vec<PolicyRule> {
+    vec![PolicyRule {
+        api_groups: None,
+        resources: None,
+        resource_names: None,
+        non_resource_urls: Some(vec![crate::admin::access::METRICS_PATH.to_owned()]),
+        verbs: vec![crate::admin::access::METRICS_VERB.to_owned()],
+    }]
+}
+
 /// `cheiron-certs` in cheiron's namespace (`certs-tool/src/create.rs`, `patch.rs`): `create`
 /// reads the serving Secret and its CA Secret (`<secret>-ca`), creates them when missing and
 /// replaces them (`update`, under the `resourceVersion` read) when it issues a new certificate;
@@ -144,6 +172,8 @@ mod tests {
             leader_election_rules("cheiron-controller"),
             certificates_secret_rules("cheiron-tls"),
             certificates_webhook_rules("cheiron"),
+            metrics_auth_rules(),
+            metrics_reader_rules(),
         ]
         .concat();
         for rule in &all {
@@ -161,6 +191,28 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn metrics_auth_creates_reviews_only_and_readers_only_get_metrics() {
+        let rules = metrics_auth_rules();
+        assert_eq!(
+            verbs_on(&rules, "authentication.k8s.io", "tokenreviews"),
+            ["create"]
+        );
+        assert_eq!(
+            verbs_on(&rules, "authorization.k8s.io", "subjectaccessreviews"),
+            ["create"]
+        );
+        assert_eq!(rules.len(), 2);
+        let reader = metrics_reader_rules();
+        assert_eq!(reader.len(), 1);
+        assert_eq!(
+            reader[0].non_resource_urls.as_deref(),
+            Some(&["/metrics".to_owned()][..])
+        );
+        assert_eq!(reader[0].verbs, ["get"]);
+        assert!(reader[0].resources.is_none() && reader[0].api_groups.is_none());
     }
 
     #[test]

@@ -23,8 +23,9 @@ use k8s_openapi::{
 };
 
 use super::installation::{
-    ADMIN_PORT, CONTROLLER, Install, LEASE, NAME, SERVICE_PORT, SHUTDOWN_DELAY_SECONDS,
-    TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR, TLS_SECRET, WEBHOOK_PORT, Workload,
+    ADMIN_PORT, CONTROLLER, Install, LEASE, MetricsAuth, NAME, SERVICE_PORT,
+    SHUTDOWN_DELAY_SECONDS, TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR, TLS_SECRET, WEBHOOK_PORT,
+    Workload,
 };
 
 // The grace period outlasts the shutdown delay, with room to drain and release the Lease.
@@ -142,11 +143,12 @@ fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
         .collect()
 }
 
-/// The arguments of `workload`'s container: `webhook`, `controller` or `run`, and their flags.
+/// The arguments of `workload`'s container in `install`: `webhook`, `controller` or `run`, and
+/// their flags.
 /// No preStop hook: on SIGTERM the webhook itself fails `/readyz` at once and keeps serving
 /// for `--shutdown-delay` seconds, so the endpoints are updated before it stops;
 /// [`TERMINATION_GRACE_PERIOD_SECONDS`] leaves room for that, the drain and the Lease release.
-pub fn container_args(workload: Workload) -> Vec<String> {
+pub fn container_args(install: &Install, workload: Workload) -> Vec<String> {
     let command = match workload {
         Workload::Webhook => "webhook",
         Workload::Controller => "controller",
@@ -157,6 +159,9 @@ pub fn container_args(workload: Workload) -> Vec<String> {
         args.push(format!("--listen=0.0.0.0:{WEBHOOK_PORT}"));
     }
     args.push(format!("--admin-listen=0.0.0.0:{ADMIN_PORT}"));
+    if install.metrics_auth != MetricsAuth::None {
+        args.push(format!("--metrics-auth={}", install.metrics_auth));
+    }
     if workload.serves_webhook() {
         args.push(format!("--tls-cert-dir={TLS_DIR}"));
         args.push(format!("--shutdown-delay={SHUTDOWN_DELAY_SECONDS}"));
@@ -216,7 +221,7 @@ pub fn deployment(install: &Install, workload: Workload) -> Deployment {
         image: Some(install.image.clone()),
         image_pull_policy: Some("IfNotPresent".to_owned()),
         command: Some(vec!["cheiron".to_owned()]),
-        args: Some(container_args(workload)),
+        args: Some(container_args(install, workload)),
         env: Some(vec![
             field_env("CHEIRON_POD_NAME", "metadata.name"),
             field_env("CHEIRON_POD_NAMESPACE", "metadata.namespace"),
@@ -340,10 +345,39 @@ mod tests {
     #[test]
     fn container_args_parse_as_their_cheiron_command() {
         use clap::Parser;
+        for metrics_auth in [MetricsAuth::None, MetricsAuth::Kubernetes] {
+            let install = Install {
+                metrics_auth,
+                ..Install::default()
+            };
+            for workload in ALL {
+                let args =
+                    std::iter::once("cheiron".to_owned()).chain(container_args(&install, workload));
+                let parsed = crate::cli::Cli::try_parse_from(args);
+                assert!(parsed.is_ok(), "{metrics_auth} {workload:?}: {parsed:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_workload_protects_its_metrics_only_when_asked_to() {
+        let kubernetes = Install {
+            metrics_auth: MetricsAuth::Kubernetes,
+            ..Install::default()
+        };
         for workload in ALL {
-            let args = std::iter::once("cheiron".to_owned()).chain(container_args(workload));
-            let parsed = crate::cli::Cli::try_parse_from(args);
-            assert!(parsed.is_ok(), "{workload:?}: {parsed:?}");
+            let flag = |install: &Install| {
+                container_args(install, workload)
+                    .into_iter()
+                    .filter(|a| a.starts_with("--metrics-auth"))
+                    .collect::<Vec<_>>()
+            };
+            assert!(flag(&Install::default()).is_empty(), "{workload:?}");
+            assert_eq!(
+                flag(&kubernetes),
+                ["--metrics-auth=kubernetes"],
+                "{workload:?}"
+            );
         }
     }
 
