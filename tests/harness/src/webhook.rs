@@ -92,6 +92,19 @@ impl WebhookProcess {
         tls_dir: &Path,
         log: &Path,
     ) -> Result<Self> {
+        Self::start_with_args(cheiron, name, kubeconfig, tls_dir, log, &[])
+    }
+
+    /// [`WebhookProcess::start`] with `extra` flags after the harness's own, e.g.
+    /// `["--metrics-auth=kubernetes"]`.
+    pub fn start_with_args(
+        cheiron: Cheiron,
+        name: &str,
+        kubeconfig: &Path,
+        tls_dir: &Path,
+        log: &Path,
+        extra: &[&str],
+    ) -> Result<Self> {
         let [listen_port, admin_port] = free_ports()?;
         let listen = SocketAddr::from(([127, 0, 0, 1], listen_port));
         let admin = SocketAddr::from(([127, 0, 0, 1], admin_port));
@@ -108,6 +121,7 @@ impl WebhookProcess {
                 .arg("--tls-cert-dir")
                 .arg(tls_dir)
                 .args(["--shutdown-delay", "0"])
+                .args(extra)
                 .env("KUBECONFIG", kubeconfig)
                 .env("CHEIRON_LOG", "info,cheiron=debug")
                 .env("NO_COLOR", "1")
@@ -125,6 +139,11 @@ impl WebhookProcess {
     /// `https://127.0.0.1:PORT/mutate`.
     pub fn url(&self) -> String {
         format!("https://{}/mutate", self.listen)
+    }
+
+    /// The plain-HTTP address of `/healthz`, `/readyz` and `/metrics`.
+    pub fn admin_address(&self) -> SocketAddr {
+        self.admin
     }
 
     /// The HTTP status of `GET /path` on the admin server, `None` if it does not answer.

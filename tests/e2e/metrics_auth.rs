@@ -1,0 +1,226 @@
+//! `--metrics-auth kubernetes` against the real apiserver. A `cheiron webhook` of its own runs
+//! as a ServiceAccount holding exactly what the generated manifests grant the webhook when
+//! metrics auth is on (`rbac::webhook_rules` and `rbac::metrics_auth_rules`), and
+//! ServiceAccounts present TokenRequest tokens to its `/metrics`: one bound to the
+//! metrics-reader rules (`nonResourceURLs: ["/metrics"], verbs: ["get"]`, what Prometheus
+//! gets), one bound to nothing.
+
+use std::{net::SocketAddr, path::Path, time::Duration};
+
+use base64::Engine;
+use cheiron::install::rbac;
+use k8s_openapi::api::{
+    authentication::v1::{TokenRequest, TokenRequestSpec},
+    core::v1::ServiceAccount,
+    rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject},
+};
+use kube::{Api, api::PostParams, core::ObjectMeta};
+
+use crate::{
+    CHEIRON,
+    harness::{Result, Scenario, WebhookProcess, wait_for},
+};
+
+/// Refusals are remembered for 10 s: a binding made just before the first scrape may take
+/// that long to show.
+const GRANT_VISIBLE: Duration = Duration::from_secs(30);
+
+async fn create_service_account(s: &Scenario, ns: &str, name: &str) -> Result {
+    let sa = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..ServiceAccount::default()
+    };
+    s.create_service_account(ns, &sa).await?;
+    Ok(())
+}
+
+/// A ClusterRole with `rules`, bound to ServiceAccount `ns/sa`, both named after the scenario.
+async fn grant(s: &Scenario, ns: &str, sa: &str, rules: Vec<PolicyRule>) -> Result {
+    let name = s.unique_name(sa);
+    let role = ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..ObjectMeta::default()
+        },
+        rules: Some(rules),
+        aggregation_rule: None,
+    };
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".to_owned(),
+            kind: "ClusterRole".to_owned(),
+            name,
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".to_owned(),
+            name: sa.to_owned(),
+            namespace: Some(ns.to_owned()),
+            api_group: None,
+        }]),
+    };
+    Api::<ClusterRole>::all(s.client().clone())
+        .create(&PostParams::default(), &role)
+        .await?;
+    Api::<ClusterRoleBinding>::all(s.client().clone())
+        .create(&PostParams::default(), &binding)
+        .await?;
+    Ok(())
+}
+
+/// A bound token of ServiceAccount `ns/sa` (TokenRequest), valid for an hour.
+async fn token(s: &Scenario, ns: &str, sa: &str) -> Result<String> {
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(3600),
+            bound_object_ref: None,
+        },
+        ..TokenRequest::default()
+    };
+    Ok(Api::<ServiceAccount>::namespaced(s.client().clone(), ns)
+        .create_token_request(sa, &PostParams::default(), &request)
+        .await?
+        .status
+        .map(|s| s.token)
+        .ok_or("the TokenRequest returned no token")?)
+}
+
+/// A kubeconfig for the apiserver of `config` that authenticates with `token`.
+fn kubeconfig(config: &kube::Config, token: &str, path: &Path) -> Result {
+    let engine = base64::engine::general_purpose::STANDARD;
+    let mut ca = String::new();
+    for der in config.root_cert.iter().flatten() {
+        ca.push_str("-----BEGIN CERTIFICATE-----\n");
+        for line in engine.encode(der).as_bytes().chunks(64) {
+            ca.push_str(&String::from_utf8_lossy(line));
+            ca.push('\n');
+        }
+        ca.push_str("-----END CERTIFICATE-----\n");
+    }
+    std::fs::write(
+        path,
+        format!(
+            "apiVersion: v1\nkind: Config\n\
+             clusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\
+             users:\n- name: u\n  user:\n    token: {token}\n\
+             contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n\
+             current-context: c\n",
+            config.cluster_url,
+            engine.encode(ca)
+        ),
+    )?;
+    Ok(())
+}
+
+/// Status and body of `GET /metrics` with `authorization` as the `Authorization` header.
+async fn scrape(admin: SocketAddr, authorization: Option<&str>) -> Result<(u16, String)> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()?;
+    let mut request = http.get(format!("http://{admin}/metrics"));
+    if let Some(value) = authorization {
+        request = request.header(reqwest::header::AUTHORIZATION, value);
+    }
+    let response = request.send().await?;
+    let status = response.status().as_u16();
+    Ok((status, response.text().await?))
+}
+
+#[tokio::test]
+async fn metrics_answer_a_reader_403_others_and_401_without_a_valid_token_while_probes_stay_open()
+-> Result {
+    let s = Scenario::new(CHEIRON, "metrics-auth").await?;
+    let cluster = s.cluster()?;
+    let ns = s.create_namespace(&[], &[]).await?;
+    for sa in ["cheiron", "prometheus", "app"] {
+        create_service_account(&s, &ns, sa).await?;
+    }
+    grant(
+        &s,
+        &ns,
+        "cheiron",
+        [rbac::webhook_rules(), rbac::metrics_auth_rules()].concat(),
+    )
+    .await?;
+    grant(&s, &ns, "prometheus", rbac::metrics_reader_rules()).await?;
+
+    let dir = cluster.dir.join(s.id());
+    std::fs::create_dir_all(&dir)?;
+    let cheiron_kubeconfig = dir.join("cheiron.kubeconfig");
+    kubeconfig(
+        &cluster.admin_config(),
+        &token(&s, &ns, "cheiron").await?,
+        &cheiron_kubeconfig,
+    )?;
+    let mut webhook = WebhookProcess::start_with_args(
+        cluster.cheiron(),
+        "cheiron webhook --metrics-auth kubernetes",
+        &cheiron_kubeconfig,
+        cluster.webhook_tls_dir(),
+        &dir.join("cheiron-webhook.log"),
+        &["--metrics-auth=kubernetes"],
+    )?;
+    // The kubelet's probes need no token.
+    webhook
+        .wait_for_admin_status("/readyz", 200, Duration::from_secs(30))
+        .await?;
+    assert_eq!(webhook.admin_status("/healthz").await, Some(200));
+    let admin = webhook.admin_address();
+
+    let reader = token(&s, &ns, "prometheus").await?;
+    let body = wait_for(
+        "a 200 for the metrics reader's token",
+        GRANT_VISIBLE,
+        || async {
+            match scrape(admin, Some(&format!("Bearer {reader}"))).await? {
+                (200, body) => Ok(body),
+                (status, body) => Err(format!("{status}: {body}").into()),
+            }
+        },
+    )
+    .await?;
+    assert!(
+        body.contains("cheiron_admission_patches_total") && body.trim_end().ends_with("# EOF"),
+        "{body}"
+    );
+
+    let other = token(&s, &ns, "app").await?;
+    let (status, body) = scrape(admin, Some(&format!("Bearer {other}"))).await?;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains(&format!("system:serviceaccount:{ns}:app")),
+        "{body}"
+    );
+
+    for (what, authorization) in [
+        ("no Authorization header", None),
+        ("a token no one issued", Some("Bearer not-a-token")),
+        ("a Basic header", Some("Basic cHJvbWV0aGV1czpzZWNyZXQ=")),
+        ("a bearer header without a token", Some("Bearer ")),
+    ] {
+        let (status, body) = scrape(admin, authorization).await?;
+        assert_eq!(status, 401, "{what}: {body}");
+        assert!(!body.contains("cheiron_"), "{what}: {body}");
+    }
+
+    // The reader's decision is remembered: a second scrape answers too.
+    assert_eq!(
+        scrape(admin, Some(&format!("Bearer {reader}"))).await?.0,
+        200
+    );
+    webhook.check_running()?;
+    let log = std::fs::read_to_string(webhook.log())?;
+    assert!(
+        !log.contains(&reader) && !log.contains(&other),
+        "a token was logged: {}",
+        webhook.log().display()
+    );
+    Ok(())
+}
