@@ -131,7 +131,7 @@ spec:
     }
 
     async fn create_target(&mut self) -> Result<()> {
-        let tier_b = self.round % 2 == 0;
+        let tier_b = self.round.is_multiple_of(2);
         let mut labels = vec![(TARGET_LABEL, self.id.as_str())];
         if tier_b {
             labels.push((TIER_B, "true"));
@@ -231,10 +231,10 @@ spec:
         self.create_target().await?;
         self.delete_oldest_target().await?;
         self.foreign_write().await?;
-        if self.round % 2 == 0 {
+        if self.round.is_multiple_of(2) {
             self.rotate_source().await?;
         }
-        if self.round % 3 == 0 {
+        if self.round.is_multiple_of(3) {
             self.edit_manager_b().await?;
         }
         Ok(())
