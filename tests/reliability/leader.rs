@@ -104,9 +104,17 @@ async fn a_sigkilled_leader_is_replaced_by_the_standby_within_the_lease() -> Res
         takeover <= bound,
         "takeover took {takeover:?}, more than the lease plus one retry period ({bound:?})"
     );
-    assert!(
-        standby.metric("cheiron_reconcile_runs_total").await? > 0.0,
-        "the new leader reconciles"
-    );
+    // Counted when a reconcile ends, which may be after the state it wrote is visible.
+    wait_for(
+        "the new leader to count its reconciles",
+        Duration::from_secs(10),
+        || async {
+            match standby.metric("cheiron_reconcile_runs_total").await? {
+                runs if runs > 0.0 => Ok(()),
+                runs => Err(format!("{runs} runs").into()),
+            }
+        },
+    )
+    .await?;
     Ok(())
 }
