@@ -339,9 +339,10 @@ async fn cheiron_events(client: &Client) -> Result<(usize, String)> {
 /// The durations the controller logged for reconciles of `name`, in ms, in log order.
 fn logged_reconciles(log: &std::path::Path, name: &str) -> Vec<f64> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
-    let needle = format!(" name={name} ");
+    // `name=x` or `name="x"`, as the log format writes it.
+    let needles = [format!(" name={name} "), format!(" name=\"{name}\" ")];
     text.lines()
-        .filter(|l| l.contains(" reconciled ") && l.contains(&needle))
+        .filter(|l| l.contains(" reconciled ") && needles.iter().any(|n| l.contains(n)))
         .filter_map(|l| {
             let at = l.find("elapsed_ms=")? + "elapsed_ms=".len();
             l[at..].split_whitespace().next()?.parse().ok()

@@ -30,7 +30,7 @@ use super::{
 use crate::{
     api::{ClusterImagePullSecretManager, ImagePullSecretManager},
     metrics::Metrics,
-    policy::{Manager, NamespaceMeta, live_managers},
+    policy::{Manager, ManagerId, NamespaceMeta, live_managers},
 };
 
 /// What every reconcile shares.
@@ -136,22 +136,10 @@ impl Context {
         self.service_accounts.in_namespace(namespace)
     }
 
-    /// Asks for a reconcile of every manager but `except`.
-    pub(super) fn trigger_all_but(&self, except: &ManagerRef) {
-        let namespaced = self
-            .namespaced
-            .state()
-            .into_iter()
-            .map(|m| ManagerRef::Namespaced(ObjectRef::from_obj(&*m)));
-        let cluster = self
-            .cluster
-            .state()
-            .into_iter()
-            .map(|m| ManagerRef::Cluster(ObjectRef::from_obj(&*m)));
-        for r in namespaced.chain(cluster) {
-            if r != *except {
-                self.triggers.send(r);
-            }
+    /// Asks for a reconcile of each of `managers`.
+    pub(super) fn trigger(&self, managers: &[ManagerId]) {
+        for id in managers {
+            self.triggers.send(ManagerRef::from(id));
         }
     }
 

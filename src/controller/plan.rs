@@ -313,6 +313,21 @@ fn winner<'a>(claimants: &[&'a Manager], namespace: &NamespaceMeta) -> Option<&'
         .copied()
 }
 
+/// The managers of `claimants` other than `me` that name one of `names`: claims are per
+/// Secret name, so when `me` changes (its spec, or it goes) only they can win or lose a name.
+pub fn rivals<'a>(
+    me: &ManagerId,
+    names: impl IntoIterator<Item = &'a str>,
+    claimants: &[Manager],
+) -> Vec<ManagerId> {
+    let names: HashSet<&str> = names.into_iter().collect();
+    claimants
+        .iter()
+        .filter(|m| m.id != *me && m.secret_names().iter().any(|n| names.contains(n.as_str())))
+        .map(|m| m.id.clone())
+        .collect()
+}
+
 /// Plans one reconcile of `manager`.
 ///
 /// - `namespaces`: every live (not terminating) namespace;

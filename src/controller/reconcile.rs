@@ -24,7 +24,7 @@ use super::{
     context::Context,
     desired::{self, SourceKey, source_key},
     error::{ControllerError, Issue, IssueKind},
-    kinds::{ManagerObject, ManagerRef},
+    kinds::ManagerObject,
     plan::FIELD_MANAGER,
     plan::{self, Stale, belongs_to},
     status::{self, Findings, reason},
@@ -204,8 +204,14 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
     };
     write_status(manager, ctx, &findings).await?;
     if manager.current_status().and_then(|s| s.observed_generation) != manager.meta().generation {
-        // A new or changed spec may change who wins contested names: let the others look.
-        ctx.trigger_all_but(&ManagerRef::from(&id));
+        // A new or changed spec may change who wins contested names: let the managers that
+        // name one of them look (its names now, and those of the Secrets it lets go).
+        let names = compiled
+            .secret_names()
+            .iter()
+            .chain(plan.deletes.iter().map(|s| &s.name))
+            .map(String::as_str);
+        ctx.trigger(&plan::rivals(&id, names, &claimants));
     }
     Ok(Action::requeue(requeue))
 }
@@ -374,7 +380,11 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
     ctx.sources.set(&id, []);
     tracing::info!(manager = %id, secrets = stale.len(), "cleaned up after a deleted manager");
     // Younger managers may now win the names this one held.
-    ctx.trigger_all_but(&ManagerRef::from(&id));
+    let held = names
+        .values()
+        .flatten()
+        .chain(stale.iter().map(|s| &s.name));
+    ctx.trigger(&plan::rivals(&id, held.map(String::as_str), &others));
     Ok(Action::await_change())
 }
 

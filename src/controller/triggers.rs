@@ -116,6 +116,7 @@ impl Triggers {
         let mut seen: HashSet<&ManagerId> = HashSet::new();
         for m in managers.index.candidates(namespace).iter().chain(naming) {
             if seen.insert(&m.id) && concerns(sa, namespace, m) {
+                tracing::trace!(manager = %m.id, namespace = sa.namespace(), name = sa.name(), "a ServiceAccount needs a reconcile");
                 self.send(ManagerRef::from(&m.id));
             }
         }
@@ -273,6 +274,7 @@ pub(super) async fn route(client: Client, writers: Writers, routing: Routing) {
             |s: &SecretMeta| is_managed(&s.metadata),
             move |event| {
                 if let Some(owner) = changed(event).and_then(|s| labelled_owner(&s.metadata)) {
+                    tracing::trace!(manager = %owner, "one of its Secrets changed");
                     r2.triggers.send(ManagerRef::from(&owner));
                 }
             },

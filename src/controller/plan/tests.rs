@@ -520,3 +520,22 @@ fn the_content_hash_is_the_hex_sha256_of_the_content() {
         "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
     );
 }
+
+#[test]
+fn only_managers_naming_one_of_the_secrets_are_rivals() -> TestResult {
+    let a = cluster("a", "2026-01-01T00:00:00Z", "")?;
+    let b = cluster("b", "2026-01-02T00:00:00Z", "")?;
+    let c = cluster("c", "2026-01-03T00:00:00Z", "  mergeInto: merged\n")?;
+    let all = [a.clone(), b.clone(), c.clone()];
+    assert_eq!(rivals(&a.id, ["pull"], &all), [b.id.clone()]);
+    // A name `a` no longer uses (one of the Secrets it lets go) reaches who names it now.
+    assert_eq!(
+        rivals(&a.id, ["pull", "merged"], &all),
+        [b.id, c.id.clone()]
+    );
+    assert!(
+        rivals(&c.id, ["merged"], &all).is_empty(),
+        "no one else names it"
+    );
+    Ok(())
+}

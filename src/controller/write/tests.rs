@@ -87,11 +87,24 @@ fn secret(namespace: &str, name: &str, managed: bool) -> Secret {
             (label::MANAGER_NAME.to_owned(), "company".to_owned()),
         ])
     });
+    // ... and an ownerReference to a manager: labels alone prove nothing (plan::is_managed).
+    let owner_references = managed.then(|| {
+        vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "cheiron.anny.co/v1alpha1".to_owned(),
+                kind: "ClusterImagePullSecretManager".to_owned(),
+                name: "company".to_owned(),
+                uid: "u1".to_owned(),
+                ..Default::default()
+            },
+        ]
+    });
     Secret {
         metadata: ObjectMeta {
             namespace: Some(namespace.to_owned()),
             name: Some(name.to_owned()),
             labels,
+            owner_references,
             resource_version: Some("7".to_owned()),
             ..ObjectMeta::default()
         },
