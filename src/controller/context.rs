@@ -9,19 +9,19 @@ use std::{
     time::Duration,
 };
 
-use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
     Client,
-    core::PartialObjectMeta,
     runtime::{
         events::{Event, EventType},
-        reflector::{ObjectRef, Store},
+        reflector::Store,
     },
 };
 
 use super::{
     events::EventPublisher,
     kinds::ManagerRef,
+    namespaces::{LiveNamespaces, NamespaceCache},
     plan::SecretMeta,
     service_accounts::{ServiceAccountCache, ServiceAccountRecord},
     source_watches::SourceWatches,
@@ -38,7 +38,7 @@ pub struct Context {
     pub(super) client: Client,
     pub(super) namespaced: Store<ImagePullSecretManager>,
     pub(super) cluster: Store<ClusterImagePullSecretManager>,
-    pub(super) namespaces: Store<PartialObjectMeta<Namespace>>,
+    pub(super) namespaces: NamespaceCache,
     pub(super) secrets: Store<SecretMeta>,
     pub(super) service_accounts: ServiceAccountCache,
     pub(super) recorder: EventPublisher,
@@ -54,7 +54,7 @@ pub struct Context {
 pub(super) struct Caches {
     pub namespaced: Store<ImagePullSecretManager>,
     pub cluster: Store<ClusterImagePullSecretManager>,
-    pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    pub namespaces: NamespaceCache,
     pub secrets: Store<SecretMeta>,
     pub service_accounts: ServiceAccountCache,
 }
@@ -95,23 +95,15 @@ impl Context {
     }
 
     /// Namespaces that are not being deleted, by name.
-    pub(super) fn live_namespaces(&self) -> Vec<NamespaceMeta> {
-        let mut all: Vec<NamespaceMeta> = self
-            .namespaces
-            .state()
-            .iter()
-            .filter(|ns| ns.metadata.deletion_timestamp.is_none())
-            .map(|ns| NamespaceMeta::from_metadata(&ns.metadata))
-            .collect();
-        all.sort_by(|a, b| a.name.cmp(&b.name));
-        all
+    pub(super) fn live_namespaces(&self) -> LiveNamespaces {
+        self.namespaces.live()
     }
 
     /// One namespace from the cache.
     pub(super) fn namespace(&self, name: &str) -> Option<NamespaceMeta> {
         self.namespaces
-            .get(&ObjectRef::new(name))
-            .map(|ns| NamespaceMeta::from_metadata(&ns.metadata))
+            .get(name)
+            .map(|ns| NamespaceMeta::clone(&ns))
     }
 
     /// One namespace from the cache, or a namespace with no labels if the cache lacks it.

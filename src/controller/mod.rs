@@ -23,6 +23,7 @@ mod events;
 pub(crate) mod fake_api;
 mod kinds;
 mod leader;
+mod namespaces;
 mod plan;
 mod reconcile;
 mod service_accounts;
@@ -130,7 +131,7 @@ pub async fn run(
     let cluster = controller::<crate::api::ClusterImagePullSecretManager>(&client, &config);
 
     let (triggers, streams) = Triggers::new();
-    let (namespaces, namespaces_writer) = reflector::store();
+    let namespaces = namespaces::NamespaceCache::default();
     let (secrets, secrets_writer) = reflector::store();
     let service_accounts = ServiceAccountCache::default();
     let caches = Caches {
@@ -149,7 +150,6 @@ pub async fn run(
         compiled: Default::default(),
     };
     let writers = Writers {
-        namespaces: namespaces_writer,
         secrets: secrets_writer,
     };
     let reporter = Reporter {
@@ -170,17 +170,13 @@ pub async fn run(
     let _stop_routing = AbortOnDrop(routing.abort_handle());
 
     // Never reconcile against half-filled caches: that would re-create what exists.
-    let service_accounts = ctx.service_accounts.clone();
-    let synced = future::try_join3(
-        ctx.namespaces.wait_until_ready(),
-        ctx.secrets.wait_until_ready(),
-        async move {
-            while !service_accounts.is_ready() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Ok(())
-        },
-    );
+    let (service_accounts, namespaces) = (ctx.service_accounts.clone(), ctx.namespaces.clone());
+    let synced = future::try_join(ctx.secrets.wait_until_ready(), async move {
+        while !service_accounts.is_ready() || !namespaces.is_ready() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    });
     tokio::select! {
         result = synced => if result.is_err() { return Ok(()) },
         () = shutdown.cancelled() => return Ok(()),

@@ -9,6 +9,7 @@
 //! has written its data since (the apiserver's `managedFields` say who owns `data`).
 
 use std::{
+    borrow::Borrow,
     collections::{BTreeMap, HashMap, HashSet},
     sync::Arc,
 };
@@ -126,13 +127,37 @@ pub fn labelled_owner(meta: &ObjectMeta) -> Option<ManagerId> {
 /// Secrets, a user's look-alike) is as foreign to the controller as any Secret: never updated,
 /// never deleted.
 pub fn is_managed(meta: &ObjectMeta) -> bool {
-    labelled_owner(meta).is_some() && meta.owner_references.iter().flatten().any(is_cheiron_owner)
+    names_a_manager(meta) && meta.owner_references.iter().flatten().any(is_cheiron_owner)
+}
+
+/// `labelled_owner(meta).is_some()`, without building the owner (a plan asks this of every
+/// Secret in the cache).
+fn names_a_manager(meta: &ObjectMeta) -> bool {
+    let Some(labels) = meta.labels.as_ref() else {
+        return false;
+    };
+    labels.get(label::MANAGED_BY).map(String::as_str) == Some(label::MANAGED_BY_VALUE)
+        && labels.get(label::MANAGER_KIND).is_some_and(|kind| {
+            kind == ManagerKind::Namespaced.as_str() || kind == ManagerKind::Cluster.as_str()
+        })
+        && labels.contains_key(label::MANAGER_NAME)
+}
+
+/// `labelled_owner(meta) == Some(manager)`, without building the owner.
+fn labelled_for(meta: &ObjectMeta, manager: &ManagerId) -> bool {
+    let Some(labels) = meta.labels.as_ref() else {
+        return false;
+    };
+    labels.get(label::MANAGED_BY).map(String::as_str) == Some(label::MANAGED_BY_VALUE)
+        && labels.get(label::MANAGER_KIND).map(String::as_str) == Some(manager.kind.as_str())
+        && labels.get(label::MANAGER_NAME) == Some(&manager.name)
+        && labels.get(label::MANAGER_NAMESPACE) == manager.namespace.as_ref()
 }
 
 /// True when the Secret belongs to `manager`, the manager object with uid `uid`: labelled for
 /// it and owned by that very object. Only such a Secret is ever deleted for `manager`.
 pub fn belongs_to(meta: &ObjectMeta, manager: &ManagerId, uid: &str) -> bool {
-    labelled_owner(meta).as_ref() == Some(manager)
+    labelled_for(meta, manager)
         && meta
             .owner_references
             .iter()
@@ -333,16 +358,17 @@ pub fn rivals<'a>(
 /// - `namespaces`: every live (not terminating) namespace;
 /// - `claimants`: every live manager, this one included, oldest first;
 /// - `existing`: the metadata of every Secret carrying cheiron's labels.
-pub fn plan(
+pub fn plan<N: Borrow<NamespaceMeta>>(
     manager: &Manager,
     owner: &OwnerReference,
     desired: &[DesiredSecret],
-    namespaces: &[NamespaceMeta],
+    namespaces: &[N],
     claimants: &[Manager],
     existing: &[Arc<SecretMeta>],
 ) -> Plan {
     let me = &manager.id;
-    let targets = targets(manager, namespaces);
+    let namespaces = || namespaces.iter().map(Borrow::borrow);
+    let targets = targets(manager, namespaces());
     let target_set: HashSet<&str> = targets.iter().map(String::as_str).collect();
     let by_key: HashMap<(&str, &str), &ObjectMeta> = existing
         .iter()
@@ -367,10 +393,7 @@ pub fn plan(
         .collect();
     let labels = owner_labels(me);
     let mut out = Plan::default();
-    for namespace in namespaces
-        .iter()
-        .filter(|ns| target_set.contains(ns.name.as_str()))
-    {
+    for namespace in namespaces().filter(|ns| target_set.contains(ns.name.as_str())) {
         let ns = namespace.name.as_str();
         for (i, wanted) in desired.iter().enumerate() {
             match winner(&claiming[i], namespace) {

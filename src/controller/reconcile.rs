@@ -123,7 +123,7 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
 
     let namespaces = ctx.live_namespaces();
     let claimants = ctx.live_managers();
-    let plan = plan::plan(
+    let mut plan = plan::plan(
         &compiled,
         &manager.owner_reference(),
         &desired.secrets,
@@ -132,7 +132,11 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         &ctx.secrets.state(),
     );
     let report = ServiceAccountReport::default();
-    let mut issues = write_secrets(ctx, &id, &plan).await;
+    let (creates, updates) = (
+        std::mem::take(&mut plan.creates),
+        std::mem::take(&mut plan.updates),
+    );
+    let mut issues = write_secrets(ctx, &id, creates, updates).await;
     for lost in &plan.lost {
         issues.push(Issue::new(
             IssueKind::ClaimedByOlder,
@@ -144,7 +148,7 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         ));
     }
 
-    let targets: Vec<NamespaceMeta> = namespaces
+    let targets: Vec<Arc<NamespaceMeta>> = namespaces
         .iter()
         .filter(|n| plan.targets.binary_search(&n.name).is_ok())
         .cloned()
@@ -312,7 +316,8 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
     };
     let mut namespaces: BTreeSet<String> = mine.iter().filter_map(|s| s.namespace()).collect();
     if let Ok(m) = manager.compile() {
-        namespaces.extend(plan::targets(&m, &ctx.live_namespaces()));
+        let live = ctx.live_namespaces();
+        namespaces.extend(plan::targets(&m, live.iter().map(|n| &**n)));
     }
     let names: BTreeMap<String, Vec<String>> = namespaces
         .into_iter()

@@ -23,6 +23,7 @@ use kube::{
 
 use super::{
     kinds::ManagerRef,
+    namespaces::NamespaceCache,
     plan::{SecretMeta, is_managed, keep_data_owners, labelled_owner},
     service_accounts::{ServiceAccountCache, ServiceAccountRecord},
     serviceaccount,
@@ -218,9 +219,8 @@ fn concerns(sa: &ServiceAccountRecord, namespace: &NamespaceMeta, manager: &Mana
     !stale.is_empty() && serviceaccount::removal(sa, &stale).is_some()
 }
 
-/// The writers of the caches that the routed watches fill.
+/// The writers of the reflector stores that the routed watches fill.
 pub(super) struct Writers {
-    pub namespaces: Writer<PartialObjectMeta<Namespace>>,
     pub secrets: Writer<SecretMeta>,
 }
 
@@ -231,7 +231,7 @@ pub(super) struct Routing {
     pub triggers: Triggers,
     pub namespaced: Store<ImagePullSecretManager>,
     pub cluster: Store<ClusterImagePullSecretManager>,
-    pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    pub namespaces: NamespaceCache,
     pub service_accounts: ServiceAccountCache,
     pub compiled: CompiledManagers,
 }
@@ -241,24 +241,28 @@ pub(super) struct Routing {
 /// managers each change can concern. The initial lists route nothing: the controllers
 /// reconcile every manager once anyway. Runs until dropped.
 pub(super) async fn route(client: Client, writers: Writers, routing: Routing) {
-    let Writers {
-        namespaces,
-        secrets,
-    } = writers;
+    let Writers { secrets } = writers;
     let (r1, r2, r3) = (routing.clone(), routing.clone(), routing);
     future::join3(
-        watch::reflect(
+        // Kept as the policy's view, not in a reflector store: see `namespaces`.
+        watcher(
             Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
             watcher::Config::default(),
-            namespaces,
-            trim_namespace,
-            move |event| {
-                if let Some(ns) = changed(event) {
-                    r1.triggers
-                        .namespace_changed(&ns.name_any(), &r1.namespaced, &r1.cluster);
+        )
+        .default_backoff()
+        .for_each(move |event| {
+            match event {
+                Ok(event) => {
+                    r1.namespaces.apply(&event);
+                    if let Some(ns) = changed(&event) {
+                        r1.triggers
+                            .namespace_changed(&ns.name_any(), &r1.namespaced, &r1.cluster);
+                    }
                 }
-            },
-        ),
+                Err(e) => tracing::warn!(kind = "Namespace", error = %e, "watch failed; retrying"),
+            }
+            future::ready(())
+        }),
         watch::reflect_admitted(
             Api::<SecretMeta>::all(client.clone()),
             // Metadata only, of the Secrets whose labels name a manager, and of those only the
@@ -293,9 +297,8 @@ pub(super) async fn route(client: Client, writers: Writers, routing: Routing) {
                         let ns = sa.namespace();
                         let meta = r3
                             .namespaces
-                            .get(&ObjectRef::new(ns))
-                            .map(|n| NamespaceMeta::from_metadata(&n.metadata))
-                            .unwrap_or_else(|| NamespaceMeta::named(ns));
+                            .get(ns)
+                            .unwrap_or_else(|| Arc::new(NamespaceMeta::named(ns)));
                         let managers = r3.compiled.current(&r3.namespaced, &r3.cluster);
                         r3.triggers.service_account_changed(&sa, &meta, &managers);
                     }
@@ -308,20 +311,6 @@ pub(super) async fn route(client: Client, writers: Writers, routing: Routing) {
         }),
     )
     .await;
-}
-
-/// Keeps of a Namespace what the controller reads: its name, labels, cheiron's own
-/// annotations (the opt-out) and whether it is being deleted.
-fn trim_namespace(ns: &mut PartialObjectMeta<Namespace>) {
-    let meta = &mut ns.metadata;
-    meta.managed_fields = None;
-    meta.owner_references = None;
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.retain(|key, _| {
-            key.strip_prefix(crate::api::GROUP)
-                .is_some_and(|rest| rest.starts_with('/'))
-        });
-    }
 }
 
 /// The object of an event that changes one object after the initial list.
@@ -381,33 +370,6 @@ mod tests {
                 .collect(),
         );
         ServiceAccountRecord::of(&sa).ok_or("no record")
-    }
-
-    #[test]
-    fn a_namespace_is_cached_with_its_labels_and_only_cheirons_annotations() {
-        let mut ns: PartialObjectMeta<Namespace> = PartialObjectMeta::default();
-        ns.metadata.name = Some("team".into());
-        ns.metadata.labels = Some([("tier".to_owned(), "apps".to_owned())].into());
-        ns.metadata.annotations = Some(
-            [
-                (annotation::IGNORE.to_owned(), "true".to_owned()),
-                (
-                    "kubectl.kubernetes.io/last-applied-configuration".to_owned(),
-                    "{…}".to_owned(),
-                ),
-            ]
-            .into(),
-        );
-        ns.metadata.managed_fields = Some(vec![Default::default()]);
-        trim_namespace(&mut ns);
-        let meta = NamespaceMeta::from_metadata(&ns.metadata);
-        assert_eq!(meta.labels.len(), 1);
-        assert_eq!(
-            meta.annotations.keys().collect::<Vec<_>>(),
-            [annotation::IGNORE]
-        );
-        assert!(crate::policy::namespace_opted_out(&meta));
-        assert_eq!(ns.metadata.managed_fields, None);
     }
 
     #[test]

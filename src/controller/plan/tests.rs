@@ -539,3 +539,47 @@ fn only_managers_naming_one_of_the_secrets_are_rivals() -> TestResult {
     );
     Ok(())
 }
+
+#[test]
+fn the_quick_ownership_checks_agree_with_the_labelled_owner() {
+    let namespaced = ManagerId {
+        kind: ManagerKind::Namespaced,
+        namespace: Some("team".to_owned()),
+        name: "a".to_owned(),
+    };
+    let cluster = ManagerId {
+        kind: ManagerKind::Cluster,
+        namespace: None,
+        name: "a".to_owned(),
+    };
+    let mut metas: Vec<ObjectMeta> = [&namespaced, &cluster]
+        .iter()
+        .map(|id| secret("team", "pull", b"v", id, &owner("u1")).metadata)
+        .collect();
+    let mut odd = metas[0].clone();
+    odd.labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(label::MANAGER_KIND.to_owned(), "Other".to_owned());
+    let mut nameless = metas[1].clone();
+    nameless
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .remove(label::MANAGER_NAME);
+    let mut stray_namespace = metas[1].clone();
+    stray_namespace
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(label::MANAGER_NAMESPACE.to_owned(), "team".to_owned());
+    metas.extend([odd, nameless, stray_namespace, ObjectMeta::default()]);
+    for meta in &metas {
+        let owner = labelled_owner(meta);
+        assert_eq!(names_a_manager(meta), owner.is_some(), "{meta:?}");
+        for id in [&namespaced, &cluster] {
+            assert_eq!(
+                labelled_for(meta, id),
+                owner.as_ref() == Some(id),
+                "{meta:?}"
+            );
+        }
+    }
+}

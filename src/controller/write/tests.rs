@@ -45,7 +45,7 @@ fn context(fake: &FakeApi, service_accounts: Vec<ServiceAccount>) -> Context {
     let caches = Caches {
         namespaced: reflector::store().0,
         cluster: reflector::store().0,
-        namespaces: reflector::store().0,
+        namespaces: Default::default(),
         secrets: reflector::store().0,
         service_accounts: cache,
     };
@@ -113,13 +113,6 @@ fn secret(namespace: &str, name: &str, managed: bool) -> Secret {
     }
 }
 
-fn to_create(secret: Secret) -> plan::Plan {
-    plan::Plan {
-        creates: vec![secret],
-        ..plan::Plan::default()
-    }
-}
-
 fn service_account(resource_version: &str, pull_secrets: &[&str], added: &str) -> ServiceAccount {
     ServiceAccount {
         metadata: ObjectMeta {
@@ -168,15 +161,15 @@ async fn a_name_held_by_an_unmanaged_secret_is_a_conflict_and_is_read_not_writte
         ),
     ]);
     let ctx = context(&fake, vec![]);
-    let plan = to_create(secret("team", "pull", true));
+    let create = || vec![secret("team", "pull", true)];
 
-    let issues = write_secrets(&ctx, &manager(), &plan).await;
+    let issues = write_secrets(&ctx, &manager(), create(), vec![]).await;
     assert_eq!(issues.len(), 1, "{issues:?}");
     assert_eq!(issues[0].kind, IssueKind::Unmanaged);
     assert_eq!(issues[0].namespace, "team");
     assert!(ctx.is_known_clash("team", "pull"));
 
-    let again = write_secrets(&ctx, &manager(), &plan).await;
+    let again = write_secrets(&ctx, &manager(), create(), vec![]).await;
     assert_eq!(
         again.iter().map(|i| i.kind).collect::<Vec<_>>(),
         [IssueKind::Unmanaged]
@@ -207,7 +200,7 @@ async fn a_create_that_races_cheirons_own_copy_is_a_failure_to_retry_not_a_confl
         ),
     ]);
     let ctx = context(&fake, vec![]);
-    let issues = write_secrets(&ctx, &manager(), &to_create(secret("team", "pull", true))).await;
+    let issues = write_secrets(&ctx, &manager(), vec![secret("team", "pull", true)], vec![]).await;
     assert_eq!(issues.len(), 1, "{issues:?}");
     assert_eq!(issues[0].kind, IssueKind::SecretWrite);
     assert!(
@@ -233,7 +226,7 @@ async fn a_known_clash_that_has_gone_is_forgotten_and_the_secret_created() -> Te
     ]);
     let ctx = context(&fake, vec![]);
     ctx.remember_clash("team", "pull");
-    let issues = write_secrets(&ctx, &manager(), &to_create(secret("team", "pull", true))).await;
+    let issues = write_secrets(&ctx, &manager(), vec![secret("team", "pull", true)], vec![]).await;
     assert!(issues.is_empty(), "{issues:?}");
     assert!(!ctx.is_known_clash("team", "pull"));
     assert_eq!(fake.left(), 0);
@@ -244,7 +237,7 @@ async fn a_known_clash_that_has_gone_is_forgotten_and_the_secret_created() -> Te
 async fn a_refused_write_is_an_issue_that_names_the_secret_and_the_status_code() -> TestResult {
     let fake = FakeApi::new(vec![reply("POST", SECRETS, 403, status(403, "Forbidden"))]);
     let ctx = context(&fake, vec![]);
-    let issues = write_secrets(&ctx, &manager(), &to_create(secret("team", "pull", true))).await;
+    let issues = write_secrets(&ctx, &manager(), vec![secret("team", "pull", true)], vec![]).await;
     assert_eq!(issues.len(), 1, "{issues:?}");
     assert_eq!(issues[0].kind, IssueKind::SecretWrite);
     assert!(
