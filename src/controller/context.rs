@@ -22,7 +22,7 @@ use super::{
     events::EventPublisher,
     kinds::ManagerRef,
     namespaces::{LiveNamespaces, NamespaceCache},
-    plan::SecretMeta,
+    secrets::SecretCache,
     service_accounts::{ServiceAccountCache, ServiceAccountRecord},
     source_watches::SourceWatches,
     triggers::Triggers,
@@ -39,7 +39,7 @@ pub struct Context {
     pub(super) namespaced: Store<ImagePullSecretManager>,
     pub(super) cluster: Store<ClusterImagePullSecretManager>,
     pub(super) namespaces: NamespaceCache,
-    pub(super) secrets: Store<SecretMeta>,
+    pub(super) secrets: SecretCache,
     pub(super) service_accounts: ServiceAccountCache,
     pub(super) recorder: EventPublisher,
     pub(super) metrics: Arc<Metrics>,
@@ -55,7 +55,7 @@ pub(super) struct Caches {
     pub namespaced: Store<ImagePullSecretManager>,
     pub cluster: Store<ClusterImagePullSecretManager>,
     pub namespaces: NamespaceCache,
-    pub secrets: Store<SecretMeta>,
+    pub secrets: SecretCache,
     pub service_accounts: ServiceAccountCache,
 }
 

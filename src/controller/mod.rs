@@ -21,11 +21,13 @@ mod error;
 mod events;
 #[cfg(test)]
 pub(crate) mod fake_api;
+mod interned;
 mod kinds;
 mod leader;
 mod namespaces;
 mod plan;
 mod reconcile;
+mod secrets;
 mod service_accounts;
 mod serviceaccount;
 pub mod source_watches;
@@ -64,7 +66,7 @@ use self::{
     context::{Caches, Context},
     kinds::ManagerObject,
     service_accounts::ServiceAccountCache,
-    triggers::{Routing, Triggers, Writers},
+    triggers::{Routing, Triggers},
 };
 use crate::{admin::Readiness, api::ensure_crds, metrics::Metrics};
 
@@ -132,13 +134,13 @@ pub async fn run(
 
     let (triggers, streams) = Triggers::new();
     let namespaces = namespaces::NamespaceCache::default();
-    let (secrets, secrets_writer) = reflector::store();
+    let secrets = secrets::SecretCache::default();
     let service_accounts = ServiceAccountCache::default();
     let caches = Caches {
         namespaced: namespaced.store(),
         cluster: cluster.store(),
         namespaces,
-        secrets,
+        secrets: secrets.clone(),
         service_accounts: service_accounts.clone(),
     };
     let routing = Routing {
@@ -146,11 +148,9 @@ pub async fn run(
         namespaced: caches.namespaced.clone(),
         cluster: caches.cluster.clone(),
         namespaces: caches.namespaces.clone(),
+        secrets: secrets.clone(),
         service_accounts: service_accounts.clone(),
         compiled: Default::default(),
-    };
-    let writers = Writers {
-        secrets: secrets_writer,
     };
     let reporter = Reporter {
         controller: "cheiron".to_owned(),
@@ -166,19 +166,22 @@ pub async fn run(
         resync,
         max_source_watches,
     ));
-    let routing = tokio::spawn(triggers::route(client, writers, routing));
+    let routing = tokio::spawn(triggers::route(client, routing));
     let _stop_routing = AbortOnDrop(routing.abort_handle());
 
     // Never reconcile against half-filled caches: that would re-create what exists.
-    let (service_accounts, namespaces) = (ctx.service_accounts.clone(), ctx.namespaces.clone());
-    let synced = future::try_join(ctx.secrets.wait_until_ready(), async move {
-        while !service_accounts.is_ready() || !namespaces.is_ready() {
+    let (service_accounts, namespaces, secrets) = (
+        ctx.service_accounts.clone(),
+        ctx.namespaces.clone(),
+        ctx.secrets.clone(),
+    );
+    let synced = async move {
+        while !service_accounts.is_ready() || !namespaces.is_ready() || !secrets.is_ready() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        Ok(())
-    });
+    };
     tokio::select! {
-        result = synced => if result.is_err() { return Ok(()) },
+        () = synced => {},
         () = shutdown.cancelled() => return Ok(()),
     }
     ready.set(false);

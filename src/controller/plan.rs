@@ -52,8 +52,99 @@ pub fn owner_labels(manager: &ManagerId) -> BTreeMap<String, String> {
 /// The field manager of every write cheiron makes.
 pub const FIELD_MANAGER: &str = "cheiron";
 
-/// What the cache keeps of a Secret cheiron manages: its metadata, without data.
+/// A Secret's metadata without its data, as a metadata watch or GET returns it.
 pub type SecretMeta = PartialObjectMeta<Secret>;
+
+/// What a plan reads of one of cheiron's Secrets. The controller's cache keeps
+/// [`super::secrets::SecretRecord`]s; a fresh read, and the tests, have whole metadata.
+pub trait SecretMetadata {
+    /// `metadata.namespace`.
+    fn object_namespace(&self) -> Option<&str>;
+    /// `metadata.name`.
+    fn object_name(&self) -> Option<&str>;
+    /// `metadata.uid`.
+    fn object_uid(&self) -> Option<&str>;
+    /// `metadata.resourceVersion`.
+    fn object_resource_version(&self) -> Option<&str>;
+    /// The value of label `key`.
+    fn label(&self, key: &str) -> Option<&str>;
+    /// The value of annotation `key`.
+    fn annotation(&self, key: &str) -> Option<&str>;
+    /// The `uid`s of its owner references to a cheiron manager.
+    fn cheiron_owners(&self) -> impl Iterator<Item = &str>;
+    /// The field managers that have written its `data` (see [`keep_data_owners`]); `None` for
+    /// an entry that names none.
+    fn data_owners(&self) -> impl Iterator<Item = Option<&str>>;
+    /// The whole metadata, for a replacement that keeps what others put there.
+    fn to_meta(&self) -> ObjectMeta;
+}
+
+impl SecretMetadata for ObjectMeta {
+    fn object_namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+    fn object_name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+    fn object_uid(&self) -> Option<&str> {
+        self.uid.as_deref()
+    }
+    fn object_resource_version(&self) -> Option<&str> {
+        self.resource_version.as_deref()
+    }
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.as_ref()?.get(key).map(String::as_str)
+    }
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.as_ref()?.get(key).map(String::as_str)
+    }
+    fn cheiron_owners(&self) -> impl Iterator<Item = &str> {
+        self.owner_references
+            .iter()
+            .flatten()
+            .filter(|o| is_cheiron_owner(o))
+            .map(|o| o.uid.as_str())
+    }
+    fn data_owners(&self) -> impl Iterator<Item = Option<&str>> {
+        self.managed_fields
+            .iter()
+            .flatten()
+            .map(|entry| entry.manager.as_deref())
+    }
+    fn to_meta(&self) -> ObjectMeta {
+        self.clone()
+    }
+}
+
+impl SecretMetadata for SecretMeta {
+    fn object_namespace(&self) -> Option<&str> {
+        self.metadata.object_namespace()
+    }
+    fn object_name(&self) -> Option<&str> {
+        self.metadata.object_name()
+    }
+    fn object_uid(&self) -> Option<&str> {
+        self.metadata.object_uid()
+    }
+    fn object_resource_version(&self) -> Option<&str> {
+        self.metadata.object_resource_version()
+    }
+    fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.label(key)
+    }
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.metadata.annotation(key)
+    }
+    fn cheiron_owners(&self) -> impl Iterator<Item = &str> {
+        self.metadata.cheiron_owners()
+    }
+    fn data_owners(&self) -> impl Iterator<Item = Option<&str>> {
+        self.metadata.data_owners()
+    }
+    fn to_meta(&self) -> ObjectMeta {
+        self.metadata.clone()
+    }
+}
 
 /// The hex SHA-256 of `content`, as the content-hash annotation holds it.
 pub fn content_hash(content: &[u8]) -> String {
@@ -91,28 +182,25 @@ pub fn keep_data_owners(meta: &mut ObjectMeta) {
 
 /// True when someone other than cheiron has written the data of the Secret whose metadata
 /// this is (after [`keep_data_owners`]). Without `managedFields` nothing can be told: false.
-fn data_written_by_others(meta: &ObjectMeta) -> bool {
-    meta.managed_fields
-        .iter()
-        .flatten()
-        .any(|entry| entry.manager.as_deref() != Some(FIELD_MANAGER))
+fn data_written_by_others(meta: &impl SecretMetadata) -> bool {
+    meta.data_owners()
+        .any(|manager| manager != Some(FIELD_MANAGER))
 }
 
 /// The manager a cheiron Secret's labels name, if they name one.
-pub fn labelled_owner(meta: &ObjectMeta) -> Option<ManagerId> {
-    let labels = meta.labels.as_ref()?;
-    if labels.get(label::MANAGED_BY).map(String::as_str) != Some(label::MANAGED_BY_VALUE) {
+pub fn labelled_owner(meta: &impl SecretMetadata) -> Option<ManagerId> {
+    if meta.label(label::MANAGED_BY) != Some(label::MANAGED_BY_VALUE) {
         return None;
     }
-    let kind = match labels.get(label::MANAGER_KIND).map(String::as_str) {
+    let kind = match meta.label(label::MANAGER_KIND) {
         Some("ImagePullSecretManager") => ManagerKind::Namespaced,
         Some("ClusterImagePullSecretManager") => ManagerKind::Cluster,
         _ => return None,
     };
     Some(ManagerId {
         kind,
-        namespace: labels.get(label::MANAGER_NAMESPACE).cloned(),
-        name: labels.get(label::MANAGER_NAME)?.clone(),
+        namespace: meta.label(label::MANAGER_NAMESPACE).map(str::to_owned),
+        name: meta.label(label::MANAGER_NAME)?.to_owned(),
     })
 }
 
@@ -126,43 +214,32 @@ pub fn labelled_owner(meta: &ObjectMeta) -> Option<ManagerId> {
 /// cheiron by Kubernetes' own rules. Everything else with the labels (cheiron-certs' TLS
 /// Secrets, a user's look-alike) is as foreign to the controller as any Secret: never updated,
 /// never deleted.
-pub fn is_managed(meta: &ObjectMeta) -> bool {
-    names_a_manager(meta) && meta.owner_references.iter().flatten().any(is_cheiron_owner)
+pub fn is_managed(meta: &impl SecretMetadata) -> bool {
+    names_a_manager(meta) && meta.cheiron_owners().next().is_some()
 }
 
 /// `labelled_owner(meta).is_some()`, without building the owner (a plan asks this of every
 /// Secret in the cache).
-fn names_a_manager(meta: &ObjectMeta) -> bool {
-    let Some(labels) = meta.labels.as_ref() else {
-        return false;
-    };
-    labels.get(label::MANAGED_BY).map(String::as_str) == Some(label::MANAGED_BY_VALUE)
-        && labels.get(label::MANAGER_KIND).is_some_and(|kind| {
+fn names_a_manager(meta: &impl SecretMetadata) -> bool {
+    meta.label(label::MANAGED_BY) == Some(label::MANAGED_BY_VALUE)
+        && meta.label(label::MANAGER_KIND).is_some_and(|kind| {
             kind == ManagerKind::Namespaced.as_str() || kind == ManagerKind::Cluster.as_str()
         })
-        && labels.contains_key(label::MANAGER_NAME)
+        && meta.label(label::MANAGER_NAME).is_some()
 }
 
 /// `labelled_owner(meta) == Some(manager)`, without building the owner.
-fn labelled_for(meta: &ObjectMeta, manager: &ManagerId) -> bool {
-    let Some(labels) = meta.labels.as_ref() else {
-        return false;
-    };
-    labels.get(label::MANAGED_BY).map(String::as_str) == Some(label::MANAGED_BY_VALUE)
-        && labels.get(label::MANAGER_KIND).map(String::as_str) == Some(manager.kind.as_str())
-        && labels.get(label::MANAGER_NAME) == Some(&manager.name)
-        && labels.get(label::MANAGER_NAMESPACE) == manager.namespace.as_ref()
+fn labelled_for(meta: &impl SecretMetadata, manager: &ManagerId) -> bool {
+    meta.label(label::MANAGED_BY) == Some(label::MANAGED_BY_VALUE)
+        && meta.label(label::MANAGER_KIND) == Some(manager.kind.as_str())
+        && meta.label(label::MANAGER_NAME) == Some(manager.name.as_str())
+        && meta.label(label::MANAGER_NAMESPACE) == manager.namespace.as_deref()
 }
 
 /// True when the Secret belongs to `manager`, the manager object with uid `uid`: labelled for
 /// it and owned by that very object. Only such a Secret is ever deleted for `manager`.
-pub fn belongs_to(meta: &ObjectMeta, manager: &ManagerId, uid: &str) -> bool {
-    labelled_for(meta, manager)
-        && meta
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| is_cheiron_owner(o) && o.uid == uid)
+pub fn belongs_to(meta: &impl SecretMetadata, manager: &ManagerId, uid: &str) -> bool {
+    labelled_for(meta, manager) && meta.cheiron_owners().any(|owner| owner == uid)
 }
 
 /// A Secret of this manager that must go.
@@ -263,41 +340,34 @@ fn is_cheiron_owner(reference: &OwnerReference) -> bool {
 /// True when the Secret whose metadata is `current` already is what `manager` wants: content
 /// of hash `hash`, labelled with `labels` (its [`owner_labels`]), owned by `owner`.
 fn up_to_date(
-    current: &ObjectMeta,
+    current: &impl SecretMetadata,
     hash: &str,
     labels: &BTreeMap<String, String>,
     manager: &ManagerId,
     owner: &OwnerReference,
 ) -> bool {
-    let data_ok = current
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(annotation::CONTENT_HASH))
-        .is_some_and(|h| h == hash)
+    let data_ok = current.annotation(annotation::CONTENT_HASH) == Some(hash)
         && !data_written_by_others(current);
-    let has = |k: &str| current.labels.as_ref().and_then(|l| l.get(k));
-    let labels_ok = labels.iter().all(|(k, v)| has(k) == Some(v))
-        && (manager.namespace.is_some() || has(label::MANAGER_NAMESPACE).is_none());
-    let owners: Vec<&OwnerReference> = current
-        .owner_references
+    let labels_ok = labels
         .iter()
-        .flatten()
-        .filter(|o| is_cheiron_owner(o))
-        .collect();
-    data_ok && labels_ok && owners.len() == 1 && owners[0].uid == owner.uid
+        .all(|(k, v)| current.label(k) == Some(v.as_str()))
+        && (manager.namespace.is_some() || current.label(label::MANAGER_NAMESPACE).is_none());
+    let mut owners = current.cheiron_owners();
+    let only_owner = owners.next() == Some(owner.uid.as_str()) && owners.next().is_none();
+    data_ok && labels_ok && only_owner
 }
 
 /// The Secret whose metadata is `current` changed into what `manager` wants, keeping the
 /// labels, annotations and owners others put on it. Replaced under `current`'s
 /// `resourceVersion`, so a concurrent change makes the write fail instead of being lost.
 fn updated(
-    current: &ObjectMeta,
+    current: &impl SecretMetadata,
     content: &[u8],
     manager: &ManagerId,
     owner: &OwnerReference,
 ) -> Secret {
     let mut next = Secret {
-        metadata: current.clone(),
+        metadata: current.to_meta(),
         type_: Some(DOCKER_CONFIG_JSON.to_owned()),
         data: Some(BTreeMap::from([(
             DOCKER_CONFIG_JSON_KEY.to_owned(),
@@ -358,23 +428,23 @@ pub fn rivals<'a>(
 /// - `namespaces`: every live (not terminating) namespace;
 /// - `claimants`: every live manager, this one included, oldest first;
 /// - `existing`: the metadata of every Secret carrying cheiron's labels.
-pub fn plan<N: Borrow<NamespaceMeta>>(
+pub fn plan<N: Borrow<NamespaceMeta>, S: SecretMetadata>(
     manager: &Manager,
     owner: &OwnerReference,
     desired: &[DesiredSecret],
     namespaces: &[N],
     claimants: &[Manager],
-    existing: &[Arc<SecretMeta>],
+    existing: &[Arc<S>],
 ) -> Plan {
     let me = &manager.id;
     let namespaces = || namespaces.iter().map(Borrow::borrow);
     let targets = targets(manager, namespaces());
     let target_set: HashSet<&str> = targets.iter().map(String::as_str).collect();
-    let by_key: HashMap<(&str, &str), &ObjectMeta> = existing
+    let by_key: HashMap<(&str, &str), &S> = existing
         .iter()
-        .map(|s| &s.metadata)
-        .filter(|s| is_managed(s))
-        .filter_map(|s| Some(((s.namespace.as_deref()?, s.name.as_deref()?), s)))
+        .map(|s| &**s)
+        .filter(|s| is_managed(*s))
+        .filter_map(|s| Some(((s.object_namespace()?, s.object_name()?), s)))
         .collect();
     // Worked out once, not once per namespace: who claims each name, the content's hash,
     // the labels.
@@ -423,7 +493,7 @@ pub fn plan<N: Borrow<NamespaceMeta>>(
                 out.held.push((ns.to_owned(), wanted.name.clone()));
                 continue;
             };
-            match by_key.get(&(ns, wanted.name.as_str())) {
+            match by_key.get(&(ns, wanted.name.as_str())).copied() {
                 None => out
                     .creates
                     .push(secret(ns, &wanted.name, content, me, owner)),
@@ -443,11 +513,11 @@ pub fn plan<N: Borrow<NamespaceMeta>>(
         }
     }
     let wanted_names: HashSet<&str> = desired.iter().map(|d| d.name.as_str()).collect();
-    for s in existing.iter().map(|s| &s.metadata) {
+    for s in existing.iter().map(|s| &**s) {
         if !belongs_to(s, me, &owner.uid) {
             continue;
         }
-        let (Some(ns), Some(name)) = (s.namespace.as_deref(), s.name.as_deref()) else {
+        let (Some(ns), Some(name)) = (s.object_namespace(), s.object_name()) else {
             continue;
         };
         let namespace_left = !target_set.contains(ns);
@@ -455,8 +525,8 @@ pub fn plan<N: Borrow<NamespaceMeta>>(
             out.deletes.push(Stale {
                 namespace: ns.to_owned(),
                 name: name.to_owned(),
-                uid: s.uid.clone(),
-                resource_version: s.resource_version.clone(),
+                uid: s.object_uid().map(str::to_owned),
+                resource_version: s.object_resource_version().map(str::to_owned),
                 namespace_left,
             });
         }

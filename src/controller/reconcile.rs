@@ -26,7 +26,8 @@ use super::{
     error::{ControllerError, Issue, IssueKind},
     kinds::ManagerObject,
     plan::FIELD_MANAGER,
-    plan::{self, Stale, belongs_to},
+    plan::{self, SecretMetadata, Stale, belongs_to},
+    secrets::SecretRecord,
     status::{self, Findings, reason},
     write::{
         ServiceAccountReport, backfill, delete_secret, fetch_sources, prune, remove, write_secrets,
@@ -129,7 +130,7 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         &desired.secrets,
         &namespaces,
         &claimants,
-        &ctx.secrets.state(),
+        &ctx.secrets.all(),
     );
     let report = ServiceAccountReport::default();
     let (creates, updates) = (
@@ -298,23 +299,22 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
         .into_iter()
         .filter(|m| m.id != id)
         .collect();
-    let mine: Vec<Arc<plan::SecretMeta>> = ctx
+    let uid = manager.uid().unwrap_or_default();
+    let mine: Vec<Arc<SecretRecord>> = ctx
         .secrets
-        .state()
+        .all()
         .into_iter()
-        .filter(|s| {
-            belongs_to(
-                &s.metadata,
-                &id,
-                manager.uid().as_deref().unwrap_or_default(),
-            )
-        })
+        .filter(|s| belongs_to(&**s, &id, &uid))
         .collect();
+    let name_of = |s: &SecretRecord| s.object_name().unwrap_or_default().to_owned();
     let names: Vec<String> = match manager.compile() {
         Ok(m) => m.secret_names().to_vec(),
-        Err(_) => mine.iter().map(|s| s.name_any()).collect(),
+        Err(_) => mine.iter().map(|s| name_of(s)).collect(),
     };
-    let mut namespaces: BTreeSet<String> = mine.iter().filter_map(|s| s.namespace()).collect();
+    let mut namespaces: BTreeSet<String> = mine
+        .iter()
+        .filter_map(|s| s.object_namespace().map(str::to_owned))
+        .collect();
     if let Ok(m) = manager.compile() {
         let live = ctx.live_namespaces();
         namespaces.extend(plan::targets(&m, live.iter().map(|n| &**n)));
@@ -326,10 +326,10 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
     let stale: Vec<Stale> = mine
         .iter()
         .map(|s| Stale {
-            namespace: s.namespace().unwrap_or_default(),
-            name: s.name_any(),
-            uid: s.metadata.uid.clone(),
-            resource_version: s.metadata.resource_version.clone(),
+            namespace: s.object_namespace().unwrap_or_default().to_owned(),
+            name: name_of(s),
+            uid: s.object_uid().map(str::to_owned),
+            resource_version: s.object_resource_version().map(str::to_owned),
             namespace_left: true,
         })
         .collect();

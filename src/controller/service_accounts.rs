@@ -9,13 +9,14 @@
 //! [`ServiceAccountCache::in_namespace`], never a scan of the cluster's.
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, HashMap},
     sync::{Arc, RwLock},
 };
 
 use k8s_openapi::api::core::v1::{ObjectReference, ServiceAccount};
 use kube::{ResourceExt, runtime::watcher};
 
+use super::interned::Strings;
 use crate::{
     admission::Interpreted,
     api::annotation,
@@ -25,39 +26,6 @@ use crate::{
 /// The annotation keys a record keeps: the only ServiceAccount annotations cheiron reads or
 /// writes are its own.
 const KEPT_ANNOTATION_PREFIX: &str = "cheiron.anny.co/";
-
-/// Shared strings. A string nobody holds any more is dropped when the table has doubled since
-/// the last sweep, so churn does not grow it.
-#[derive(Debug, Default)]
-pub struct Strings {
-    table: HashSet<Arc<str>>,
-    swept_at: usize,
-}
-
-impl Strings {
-    /// The shared copy of `s`.
-    pub fn share(&mut self, s: &str) -> Arc<str> {
-        if let Some(shared) = self.table.get(s) {
-            return shared.clone();
-        }
-        let shared: Arc<str> = Arc::from(s);
-        self.table.insert(shared.clone());
-        shared
-    }
-
-    /// Drops the strings only the table holds, if it has doubled since the last sweep.
-    fn sweep_if_grown(&mut self) {
-        if self.table.len() > 2 * self.swept_at.max(1024) {
-            self.sweep();
-        }
-    }
-
-    fn sweep(&mut self) {
-        self.table.retain(|s| Arc::strong_count(s) > 1);
-        self.table.shrink_to_fit();
-        self.swept_at = self.table.len();
-    }
-}
 
 /// What the controller keeps of a ServiceAccount: name, namespace, uid, resourceVersion,
 /// labels, cheiron's annotations (and whether it has annotations at all: a patch adds to the
@@ -413,14 +381,14 @@ mod tests {
         let b = cache.in_namespace("ns-2");
         assert!(Arc::ptr_eq(&a[0].name, &b[0].name), "one `default`");
         if let Ok(inner) = cache.inner.read() {
-            assert_eq!(inner.strings.table.len(), 100 + 2);
+            assert_eq!(inner.strings.len(), 100 + 2);
         }
         cache.apply(&watcher::Event::Init);
         cache.apply(&watcher::Event::InitDone);
         drop((a, b));
         if let Ok(mut inner) = cache.inner.write() {
             inner.strings.sweep();
-            assert_eq!(inner.strings.table.len(), 0);
+            assert_eq!(inner.strings.len(), 0);
         }
     }
 }

@@ -16,7 +16,7 @@ use kube::{
     core::PartialObjectMeta,
     runtime::{
         WatchStreamExt,
-        reflector::{ObjectRef, Store, store::Writer},
+        reflector::{ObjectRef, Store},
         watcher,
     },
 };
@@ -24,14 +24,14 @@ use kube::{
 use super::{
     kinds::ManagerRef,
     namespaces::NamespaceCache,
-    plan::{SecretMeta, is_managed, keep_data_owners, labelled_owner},
+    plan::{SecretMeta, labelled_owner},
+    secrets::SecretCache,
     service_accounts::{ServiceAccountCache, ServiceAccountRecord},
     serviceaccount,
 };
 use crate::{
     api::{ClusterImagePullSecretManager, ImagePullSecretManager, Mode, annotation, label},
     policy::{Manager, ManagerId, ManagerIndex, NamespaceMeta, live_managers},
-    watch,
 };
 
 /// Senders into the two controllers' `reconcile_on` streams.
@@ -219,11 +219,6 @@ fn concerns(sa: &ServiceAccountRecord, namespace: &NamespaceMeta, manager: &Mana
     !stale.is_empty() && serviceaccount::removal(sa, &stale).is_some()
 }
 
-/// The writers of the reflector stores that the routed watches fill.
-pub(super) struct Writers {
-    pub secrets: Writer<SecretMeta>,
-}
-
 /// Where watch events are routed: the trigger senders, and the caches that say which
 /// managers a change can concern.
 #[derive(Clone)]
@@ -232,6 +227,7 @@ pub(super) struct Routing {
     pub namespaced: Store<ImagePullSecretManager>,
     pub cluster: Store<ClusterImagePullSecretManager>,
     pub namespaces: NamespaceCache,
+    pub secrets: SecretCache,
     pub service_accounts: ServiceAccountCache,
     pub compiled: CompiledManagers,
 }
@@ -240,8 +236,7 @@ pub(super) struct Routing {
 /// ServiceAccounts, keeps their caches through `writers`, and asks for a reconcile of the
 /// managers each change can concern. The initial lists route nothing: the controllers
 /// reconcile every manager once anyway. Runs until dropped.
-pub(super) async fn route(client: Client, writers: Writers, routing: Routing) {
-    let Writers { secrets } = writers;
+pub(super) async fn route(client: Client, routing: Routing) {
     let (r1, r2, r3) = (routing.clone(), routing.clone(), routing);
     future::join3(
         // Kept as the policy's view, not in a reflector store: see `namespaces`.
@@ -263,26 +258,31 @@ pub(super) async fn route(client: Client, writers: Writers, routing: Routing) {
             }
             future::ready(())
         }),
-        watch::reflect_admitted(
+        // Metadata only, of the Secrets whose labels name a manager, and of those the cache
+        // keeps only the ones a manager owns (an ownerReference, see `plan::is_managed`):
+        // labels anyone can copy onto their own Secrets cost nothing here.
+        watcher(
             Api::<SecretMeta>::all(client.clone()),
-            // Metadata only, of the Secrets whose labels name a manager, and of those only the
-            // ones a manager owns (an ownerReference, see `plan::is_managed`): labels anyone can
-            // copy onto their own Secrets cost nothing here, not even their metadata.
             watcher::Config::default().labels(&format!(
                 "{},{}",
                 label::managed_by_selector(),
                 label::MANAGER_KIND
             )),
-            secrets,
-            |s: &mut SecretMeta| keep_data_owners(&mut s.metadata),
-            |s: &SecretMeta| is_managed(&s.metadata),
-            move |event| {
-                if let Some(owner) = changed(event).and_then(|s| labelled_owner(&s.metadata)) {
-                    tracing::trace!(manager = %owner, "one of its Secrets changed");
-                    r2.triggers.send(ManagerRef::from(&owner));
+        )
+        .default_backoff()
+        .for_each(move |event| {
+            match event {
+                Ok(event) => {
+                    let changed = r2.secrets.apply(&event);
+                    if let Some(owner) = changed.as_ref().and_then(labelled_owner) {
+                        tracing::trace!(manager = %owner, "one of its Secrets changed");
+                        r2.triggers.send(ManagerRef::from(&owner));
+                    }
                 }
-            },
-        ),
+                Err(e) => tracing::warn!(kind = "Secret", error = %e, "watch failed; retrying"),
+            }
+            future::ready(())
+        }),
         // Kept as records, not in a reflector store: see `service_accounts`.
         watcher(
             Api::<ServiceAccount>::all(client),

@@ -4,6 +4,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
+/// No Secret of cheiron's exists yet.
+const NO_SECRETS: &[Arc<SecretMeta>] = &[];
+
 fn cluster(name: &str, created: &str, extra: &str) -> Result<Manager, Box<dyn std::error::Error>> {
     let m: ClusterImagePullSecretManager = serde_saphyr::from_str(&format!(
         "apiVersion: cheiron.anny.co/v1alpha1\nkind: ClusterImagePullSecretManager\nmetadata: {{name: {name}, creationTimestamp: \"{created}\"}}\nspec:\n  secrets: [{{existingSecretRef: {{name: pull, namespace: src}}}}]\n{extra}"
@@ -70,7 +73,7 @@ fn creates_the_secret_in_every_target_namespace_with_labels_and_owner() -> TestR
         &[want("pull", Some(b"{}"))],
         &namespaces,
         std::slice::from_ref(&m),
-        &[],
+        NO_SECRETS,
     );
     assert_eq!(p.targets, ["one", "two"]);
     assert_eq!(names(&p.creates), ["one/pull", "two/pull"]);
@@ -210,7 +213,7 @@ fn creation_time_decides_not_the_name() -> TestResult {
         &[want("pull", Some(b"a"))],
         &ns(&["one"]),
         &claimants,
-        &[],
+        NO_SECRETS,
     );
     assert!(p.creates.is_empty());
     assert_eq!(p.lost.first().map(|l| l.winner.name.as_str()), Some("b"));
@@ -220,7 +223,7 @@ fn creation_time_decides_not_the_name() -> TestResult {
         &[want("pull", Some(b"b"))],
         &ns(&["one"]),
         &claimants,
-        &[],
+        NO_SECRETS,
     );
     assert_eq!(names(&p.creates), ["one/pull"]);
     Ok(())
@@ -288,7 +291,7 @@ fn namespaced_managers_target_only_their_own_namespace() -> TestResult {
         &[want("pull", Some(b"v"))],
         &ns(&["team", "other"]),
         std::slice::from_ref(&m),
-        &[],
+        NO_SECRETS,
     );
     assert_eq!(names(&p.creates), ["team/pull"]);
     assert_eq!(
@@ -410,7 +413,7 @@ fn a_source_serving_its_own_namespace_is_in_step_and_neither_written_nor_a_confl
         &[own_source],
         &ns(&["team", "other"]),
         std::slice::from_ref(&m),
-        &[],
+        NO_SECRETS,
     );
     assert_eq!(p.targets, ["team"]);
     assert!(p.creates.is_empty(), "{:?}", names(&p.creates));
@@ -433,7 +436,7 @@ fn a_copy_of_a_source_from_another_namespace_is_still_created() -> TestResult {
         &[elsewhere],
         &ns(&["src", "one"]),
         std::slice::from_ref(&m),
-        &[],
+        NO_SECRETS,
     );
     assert_eq!(
         names(&p.creates),

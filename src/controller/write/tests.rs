@@ -46,7 +46,7 @@ fn context(fake: &FakeApi, service_accounts: Vec<ServiceAccount>) -> Context {
         namespaced: reflector::store().0,
         cluster: reflector::store().0,
         namespaces: Default::default(),
-        secrets: reflector::store().0,
+        secrets: Default::default(),
         service_accounts: cache,
     };
     let reporter = Reporter {
