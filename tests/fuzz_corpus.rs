@@ -133,18 +133,19 @@ fn smoke(target: &str, check: fn(&[u8])) {
             break;
         }
     }
-    if let Some(input) = failure {
+    let saved = failure.map(|input| {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/fuzz-smoke");
         let _ = fs::create_dir_all(&dir);
         let path = dir.join(format!("{target}-{seed}"));
         let _ = fs::write(&path, &input);
-        panic!(
-            "{target}: mutation {runs} of the smoke run (CHEIRON_FUZZ_SEED={seed}) fails the check; \
-             the input is in {} (reproduce with `cargo +nightly fuzz run {target} {}`)",
-            path.display(),
-            path.display()
-        );
-    }
+        path.display().to_string()
+    });
+    assert!(
+        saved.is_none(),
+        "{target}: mutation {runs} of the smoke run (CHEIRON_FUZZ_SEED={seed}) fails the check; \
+         the input is in {path} (reproduce with `cargo +nightly fuzz run {target} {path}`)",
+        path = saved.as_deref().unwrap_or_default()
+    );
     assert!(runs > 0, "{target}: the smoke run ran nothing");
     eprintln!("{target}: {runs} mutated inputs passed (seed {seed})");
 }
