@@ -275,8 +275,7 @@ mod tests {
     };
 
     fn meta(name: &str, owned: bool) -> SecretMeta {
-        let mut s = SecretMeta::default();
-        s.metadata = ObjectMeta {
+        let metadata = ObjectMeta {
             namespace: Some("team".to_owned()),
             name: Some(name.to_owned()),
             uid: Some("s-uid".to_owned()),
@@ -321,7 +320,10 @@ mod tests {
             ]),
             ..ObjectMeta::default()
         };
-        s
+        SecretMeta {
+            metadata,
+            ..SecretMeta::default()
+        }
     }
 
     #[test]

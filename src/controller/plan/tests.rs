@@ -530,7 +530,7 @@ fn only_managers_naming_one_of_the_secrets_are_rivals() -> TestResult {
     let b = cluster("b", "2026-01-02T00:00:00Z", "")?;
     let c = cluster("c", "2026-01-03T00:00:00Z", "  mergeInto: merged\n")?;
     let all = [a.clone(), b.clone(), c.clone()];
-    assert_eq!(rivals(&a.id, ["pull"], &all), [b.id.clone()]);
+    assert_eq!(rivals(&a.id, ["pull"], &all), std::slice::from_ref(&b.id));
     // A name `a` no longer uses (one of the Secrets it lets go) reaches who names it now.
     assert_eq!(
         rivals(&a.id, ["pull", "merged"], &all),
