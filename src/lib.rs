@@ -12,6 +12,5 @@ pub mod policy;
 pub mod source;
 pub mod telemetry;
 pub mod tls;
-pub mod watch;
 pub mod webhook;
 pub mod yaml;
