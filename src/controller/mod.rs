@@ -194,6 +194,7 @@ pub async fn run(
 
     tracing::info!(
         service_accounts = ctx.service_accounts.len(),
+        secrets = ctx.secrets.len(),
         "controller started"
     );
     future::join(

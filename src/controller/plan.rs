@@ -466,7 +466,9 @@ pub fn plan<N: Borrow<NamespaceMeta>, S: SecretMetadata>(
     for namespace in namespaces().filter(|ns| target_set.contains(ns.name.as_str())) {
         let ns = namespace.name.as_str();
         for (i, wanted) in desired.iter().enumerate() {
-            match winner(&claiming[i], namespace) {
+            // A name only this manager claims is its own in every target namespace.
+            let contested = !matches!(&claiming[i][..], [only] if only.id == *me);
+            match winner(&claiming[i], namespace).filter(|_| contested) {
                 Some(w) if w.id != *me => {
                     out.lost.push(Lost {
                         namespace: ns.to_owned(),

@@ -130,7 +130,7 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         &desired.secrets,
         &namespaces,
         &claimants,
-        &ctx.secrets.all(),
+        &ctx.secrets.relevant(&id, compiled.secret_names()),
     );
     let report = ServiceAccountReport::default();
     let (creates, updates) = (

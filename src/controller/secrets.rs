@@ -8,7 +8,7 @@
 //! anything labelled like cheiron's, and a look-alike costs nothing here.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::{Arc, RwLock},
 };
 
@@ -19,8 +19,9 @@ use kube::runtime::watcher;
 
 use super::{
     interned::Strings,
-    plan::{SecretMeta, SecretMetadata, is_managed, keep_data_owners},
+    plan::{SecretMeta, SecretMetadata, is_managed, keep_data_owners, labelled_owner},
 };
+use crate::policy::ManagerId;
 
 /// An owner reference, its strings shared.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -185,18 +186,84 @@ impl SecretMetadata for SecretRecord {
     }
 }
 
-type ByKey = HashMap<(Arc<str>, Arc<str>), Arc<SecretRecord>>;
+/// A Secret's `(namespace, name)`.
+type Key = (Arc<str>, Arc<str>);
+
+/// The Secrets, by name then namespace, and which each manager's labels name: a plan reads
+/// the Secrets of its own names and of its manager, not the whole cache.
+#[derive(Debug, Default)]
+struct Indexed {
+    by_name: HashMap<Arc<str>, HashMap<Arc<str>, Arc<SecretRecord>>>,
+    by_owner: HashMap<ManagerId, HashSet<Key>>,
+}
+
+impl Indexed {
+    /// Adds or replaces a record; true when one was there.
+    fn insert(&mut self, record: Arc<SecretRecord>) -> bool {
+        let (namespace, name) = record.key();
+        let owner = labelled_owner(&*record);
+        let old = self
+            .by_name
+            .entry(name.clone())
+            .or_default()
+            .insert(namespace.clone(), record);
+        if let Some(old) = &old {
+            self.unindex_owner(old);
+        }
+        if let Some(owner) = owner {
+            self.by_owner
+                .entry(owner)
+                .or_default()
+                .insert((namespace, name));
+        }
+        old.is_some()
+    }
+
+    /// Removes the record at `key`; true when one was there.
+    fn remove(&mut self, (namespace, name): &Key) -> bool {
+        let Some(by_namespace) = self.by_name.get_mut(name) else {
+            return false;
+        };
+        let old = by_namespace.remove(namespace);
+        if by_namespace.is_empty() {
+            self.by_name.remove(name);
+        }
+        if let Some(old) = &old {
+            self.unindex_owner(old);
+        }
+        old.is_some()
+    }
+
+    fn unindex_owner(&mut self, record: &SecretRecord) {
+        if let Some(owner) = labelled_owner(record)
+            && let Some(keys) = self.by_owner.get_mut(&owner)
+        {
+            keys.remove(&record.key());
+            if keys.is_empty() {
+                self.by_owner.remove(&owner);
+            }
+        }
+    }
+
+    fn get(&self, namespace: &str, name: &str) -> Option<&Arc<SecretRecord>> {
+        self.by_name.get(name)?.get(namespace)
+    }
+
+    fn len(&self) -> usize {
+        self.by_name.values().map(HashMap::len).sum()
+    }
+}
 
 #[derive(Debug, Default)]
 struct Inner {
-    current: ByKey,
+    current: Indexed,
     /// The Secrets of a (re)list in progress, swapped in at its end.
-    relisting: Option<ByKey>,
+    relisting: Option<Indexed>,
     strings: Strings,
     ready: bool,
 }
 
-/// cheiron's Secrets by `(namespace, name)`; cheap to clone (shared).
+/// cheiron's Secrets; cheap to clone (shared).
 #[derive(Clone, Debug, Default)]
 pub struct SecretCache {
     inner: Arc<RwLock<Inner>>,
@@ -216,30 +283,30 @@ impl SecretCache {
             ready,
         } = &mut *inner;
         match event {
-            watcher::Event::Init => *relisting = Some(ByKey::new()),
+            watcher::Event::Init => *relisting = Some(Indexed::default()),
             watcher::Event::InitApply(s) => {
                 if is_managed(s)
                     && let Some(record) = SecretRecord::new(s, strings)
                 {
                     relisting
-                        .get_or_insert_with(ByKey::new)
-                        .insert(record.key(), Arc::new(record));
+                        .get_or_insert_with(Indexed::default)
+                        .insert(Arc::new(record));
                 }
             }
             watcher::Event::InitDone => {
                 *current = relisting.take().unwrap_or_default();
-                current.shrink_to_fit();
+                current.by_name.shrink_to_fit();
+                current.by_owner.shrink_to_fit();
                 strings.sweep();
                 *ready = true;
             }
             watcher::Event::Apply(s) | watcher::Event::Delete(s) => {
                 let record = SecretRecord::new(s, strings)?;
-                let key = record.key();
                 let kept = matches!(event, watcher::Event::Apply(_)) && is_managed(s);
                 let was = if kept {
-                    current.insert(key, Arc::new(record)).is_some()
+                    current.insert(Arc::new(record))
                 } else {
-                    current.remove(&key).is_some()
+                    current.remove(&record.key())
                 };
                 strings.sweep_if_grown();
                 return (kept || was || is_managed(s)).then(|| s.clone());
@@ -248,12 +315,48 @@ impl SecretCache {
         None
     }
 
+    /// The Secrets a plan of `manager` reads: those named one of `names` (its own, and
+    /// another manager's holding a name it wants), and those whose labels name `manager`
+    /// (its own under a name it no longer uses).
+    pub fn relevant(&self, manager: &ManagerId, names: &[String]) -> Vec<Arc<SecretRecord>> {
+        let Ok(inner) = self.inner.read() else {
+            return Vec::new();
+        };
+        let current = &inner.current;
+        let mut out: Vec<Arc<SecretRecord>> = names
+            .iter()
+            .filter_map(|n| current.by_name.get(n.as_str()))
+            .flat_map(HashMap::values)
+            .cloned()
+            .collect();
+        let owned = current.by_owner.get(manager).into_iter().flatten();
+        out.extend(
+            owned
+                .filter(|(_, name)| !names.iter().any(|n| **n == **name))
+                .filter_map(|(namespace, name)| current.get(namespace, name))
+                .cloned(),
+        );
+        out
+    }
+
     /// Every Secret held.
     pub fn all(&self) -> Vec<Arc<SecretRecord>> {
         self.inner
             .read()
-            .map(|i| i.current.values().cloned().collect())
+            .map(|i| {
+                i.current
+                    .by_name
+                    .values()
+                    .flat_map(HashMap::values)
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default()
+    }
+
+    /// Secrets held.
+    pub fn len(&self) -> usize {
+        self.inner.read().map(|i| i.current.len()).unwrap_or(0)
     }
 
     /// True once the first list has been applied.
@@ -271,7 +374,8 @@ mod tests {
     use super::*;
     use crate::{
         api::{annotation, label},
-        controller::plan::{belongs_to, labelled_owner},
+        controller::plan::belongs_to,
+        policy::ManagerKind,
     };
 
     fn meta(name: &str, owned: bool) -> SecretMeta {
@@ -394,5 +498,40 @@ mod tests {
                 .is_some()
         );
         assert!(cache.all().is_empty());
+    }
+
+    #[test]
+    fn a_plan_reads_the_secrets_of_its_names_and_of_its_manager() {
+        let cache = SecretCache::default();
+        let named = |name: &str, manager: &str| {
+            let mut s = meta(name, true);
+            if let Some(labels) = s.metadata.labels.as_mut() {
+                labels.insert(label::MANAGER_NAME.to_owned(), manager.to_owned());
+            }
+            s
+        };
+        for s in [
+            named("pull", "company"),
+            named("old-name", "company"),
+            named("theirs", "other"),
+            named("pull-too", "other"),
+        ] {
+            cache.apply(&watcher::Event::Apply(s));
+        }
+        assert_eq!(cache.len(), 4);
+        let company = ManagerId {
+            kind: ManagerKind::Cluster,
+            namespace: None,
+            name: "company".to_owned(),
+        };
+        let mut read: Vec<String> = cache
+            .relevant(&company, &["pull".to_owned(), "pull-too".to_owned()])
+            .iter()
+            .map(|r| r.name.to_string())
+            .collect();
+        read.sort();
+        assert_eq!(read, ["old-name", "pull", "pull-too"], "not `theirs`");
+        cache.apply(&watcher::Event::Delete(named("old-name", "company")));
+        assert_eq!(cache.relevant(&company, &[]).len(), 1, "its own `pull`");
     }
 }
