@@ -180,11 +180,13 @@ pub async fn run(
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
+    // Not ready while the caches fill: set before waiting, not after, so that a standby that
+    // has just taken over does not turn unready after its first writes.
+    ready.set(false);
     tokio::select! {
         () = synced => {},
         () = shutdown.cancelled() => return Ok(()),
     }
-    ready.set(false);
     let readiness = tokio::spawn(mark_ready(
         ctx.namespaced.clone(),
         ctx.cluster.clone(),

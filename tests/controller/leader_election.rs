@@ -154,6 +154,10 @@ async fn only_the_lease_holder_reconciles_and_the_standby_takes_over_when_it_sto
         standby_runs > 0.0 && standby_writes > 0.0,
         "the new leader reconciles ({standby_runs} runs, {standby_writes} Secrets written)"
     );
-    assert_eq!(standby.admin_status("/readyz").await, Some(200));
+    // Ready again once its manager caches have their first list, polled every 100 ms, which
+    // can be just after its first writes.
+    standby
+        .wait_for_admin_status("/readyz", 200, Duration::from_secs(5))
+        .await?;
     Ok(())
 }
