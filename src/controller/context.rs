@@ -123,9 +123,14 @@ impl Context {
         .0
     }
 
-    /// The ServiceAccounts of `namespace` (an index lookup, not a scan of the cluster's).
-    pub(super) fn service_accounts_in(&self, namespace: &str) -> Vec<Arc<ServiceAccountRecord>> {
-        self.service_accounts.in_namespace(namespace)
+    /// The ServiceAccounts of `namespace` for which `keep` is true (an index lookup, not a
+    /// scan of the cluster's).
+    pub(super) fn service_accounts_in(
+        &self,
+        namespace: &str,
+        keep: impl FnMut(&ServiceAccountRecord) -> bool,
+    ) -> Vec<Arc<ServiceAccountRecord>> {
+        self.service_accounts.matching(namespace, keep)
     }
 
     /// Asks for a reconcile of each of `managers`.

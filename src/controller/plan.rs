@@ -77,6 +77,24 @@ pub trait SecretMetadata {
     fn data_owners(&self) -> impl Iterator<Item = Option<&str>>;
     /// The whole metadata, for a replacement that keeps what others put there.
     fn to_meta(&self) -> ObjectMeta;
+
+    /// `labelled_owner(self).is_some()`, without building the owner (a plan asks this of
+    /// every Secret it reads).
+    fn names_a_manager(&self) -> bool {
+        self.label(label::MANAGED_BY) == Some(label::MANAGED_BY_VALUE)
+            && self.label(label::MANAGER_KIND).is_some_and(|kind| {
+                kind == ManagerKind::Namespaced.as_str() || kind == ManagerKind::Cluster.as_str()
+            })
+            && self.label(label::MANAGER_NAME).is_some()
+    }
+
+    /// `labelled_owner(self) == Some(manager)`, without building the owner.
+    fn labelled_for(&self, manager: &ManagerId) -> bool {
+        self.label(label::MANAGED_BY) == Some(label::MANAGED_BY_VALUE)
+            && self.label(label::MANAGER_KIND) == Some(manager.kind.as_str())
+            && self.label(label::MANAGER_NAME) == Some(manager.name.as_str())
+            && self.label(label::MANAGER_NAMESPACE) == manager.namespace.as_deref()
+    }
 }
 
 impl SecretMetadata for ObjectMeta {
@@ -215,31 +233,13 @@ pub fn labelled_owner(meta: &impl SecretMetadata) -> Option<ManagerId> {
 /// Secrets, a user's look-alike) is as foreign to the controller as any Secret: never updated,
 /// never deleted.
 pub fn is_managed(meta: &impl SecretMetadata) -> bool {
-    names_a_manager(meta) && meta.cheiron_owners().next().is_some()
-}
-
-/// `labelled_owner(meta).is_some()`, without building the owner (a plan asks this of every
-/// Secret in the cache).
-fn names_a_manager(meta: &impl SecretMetadata) -> bool {
-    meta.label(label::MANAGED_BY) == Some(label::MANAGED_BY_VALUE)
-        && meta.label(label::MANAGER_KIND).is_some_and(|kind| {
-            kind == ManagerKind::Namespaced.as_str() || kind == ManagerKind::Cluster.as_str()
-        })
-        && meta.label(label::MANAGER_NAME).is_some()
-}
-
-/// `labelled_owner(meta) == Some(manager)`, without building the owner.
-fn labelled_for(meta: &impl SecretMetadata, manager: &ManagerId) -> bool {
-    meta.label(label::MANAGED_BY) == Some(label::MANAGED_BY_VALUE)
-        && meta.label(label::MANAGER_KIND) == Some(manager.kind.as_str())
-        && meta.label(label::MANAGER_NAME) == Some(manager.name.as_str())
-        && meta.label(label::MANAGER_NAMESPACE) == manager.namespace.as_deref()
+    meta.names_a_manager() && meta.cheiron_owners().next().is_some()
 }
 
 /// True when the Secret belongs to `manager`, the manager object with uid `uid`: labelled for
 /// it and owned by that very object. Only such a Secret is ever deleted for `manager`.
 pub fn belongs_to(meta: &impl SecretMetadata, manager: &ManagerId, uid: &str) -> bool {
-    labelled_for(meta, manager) && meta.cheiron_owners().any(|owner| owner == uid)
+    meta.labelled_for(manager) && meta.cheiron_owners().any(|owner| owner == uid)
 }
 
 /// A Secret of this manager that must go.
@@ -338,20 +338,17 @@ fn is_cheiron_owner(reference: &OwnerReference) -> bool {
 }
 
 /// True when the Secret whose metadata is `current` already is what `manager` wants: content
-/// of hash `hash`, labelled with `labels` (its [`owner_labels`]), owned by `owner`.
+/// of hash `hash`, labelled with its [`owner_labels`] (and no manager namespace on a cluster
+/// manager's: what [`SecretMetadata::labelled_for`] checks), owned by `owner`.
 fn up_to_date(
     current: &impl SecretMetadata,
     hash: &str,
-    labels: &BTreeMap<String, String>,
     manager: &ManagerId,
     owner: &OwnerReference,
 ) -> bool {
     let data_ok = current.annotation(annotation::CONTENT_HASH) == Some(hash)
         && !data_written_by_others(current);
-    let labels_ok = labels
-        .iter()
-        .all(|(k, v)| current.label(k) == Some(v.as_str()))
-        && (manager.namespace.is_some() || current.label(label::MANAGER_NAMESPACE).is_none());
+    let labels_ok = current.labelled_for(manager);
     let mut owners = current.cheiron_owners();
     let only_owner = owners.next() == Some(owner.uid.as_str()) && owners.next().is_none();
     data_ok && labels_ok && only_owner
@@ -446,8 +443,7 @@ pub fn plan<N: Borrow<NamespaceMeta>, S: SecretMetadata>(
         .filter(|s| is_managed(*s))
         .filter_map(|s| Some(((s.object_namespace()?, s.object_name()?), s)))
         .collect();
-    // Worked out once, not once per namespace: who claims each name, the content's hash,
-    // the labels.
+    // Worked out once, not once per namespace: who claims each name, the content's hash.
     let claiming: Vec<Vec<&Manager>> = desired
         .iter()
         .map(|d| {
@@ -461,7 +457,6 @@ pub fn plan<N: Borrow<NamespaceMeta>, S: SecretMetadata>(
         .iter()
         .map(|d| d.content.as_deref().map(content_hash))
         .collect();
-    let labels = owner_labels(me);
     let mut out = Plan::default();
     for namespace in namespaces().filter(|ns| target_set.contains(ns.name.as_str())) {
         let ns = namespace.name.as_str();
@@ -500,13 +495,7 @@ pub fn plan<N: Borrow<NamespaceMeta>, S: SecretMetadata>(
                     .creates
                     .push(secret(ns, &wanted.name, content, me, owner)),
                 Some(current)
-                    if up_to_date(
-                        current,
-                        hashes[i].as_deref().unwrap_or(""),
-                        &labels,
-                        me,
-                        owner,
-                    ) =>
+                    if up_to_date(current, hashes[i].as_deref().unwrap_or(""), me, owner) =>
                 {
                     out.unchanged += 1
                 }

@@ -21,7 +21,10 @@ use super::{
     interned::Strings,
     plan::{SecretMeta, SecretMetadata, is_managed, keep_data_owners, labelled_owner},
 };
-use crate::policy::ManagerId;
+use crate::{
+    api::label,
+    policy::{ManagerId, ManagerKind},
+};
 
 /// An owner reference, its strings shared.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,6 +49,9 @@ pub struct SecretRecord {
     owners: Box<[Owner]>,
     /// The field managers that have written its data (`None`: an entry naming none).
     data_owners: Box<[Option<Arc<str>>]>,
+    /// The manager its labels name, worked out once: kind, name, namespace (the name and
+    /// namespace are the label values' shared strings).
+    owner: Option<(ManagerKind, Arc<str>, Option<Arc<str>>)>,
 }
 
 impl SecretRecord {
@@ -65,7 +71,7 @@ impl SecretRecord {
             managed_fields,
             ..
         } = meta;
-        Some(Self {
+        let mut record = Self {
             namespace: strings.share(&namespace?),
             name: strings.share(&name?),
             uid: uid.map(Into::into),
@@ -97,7 +103,23 @@ impl SecretRecord {
                 .flatten()
                 .map(|entry| entry.manager.map(|m| strings.share(&m)))
                 .collect(),
-        })
+            owner: None,
+        };
+        record.owner = labelled_owner(&record).map(|id| {
+            let shared = |key: &str| {
+                record
+                    .labels
+                    .iter()
+                    .find(|(k, _)| **k == *key)
+                    .map(|(_, v)| v.clone())
+            };
+            (
+                id.kind,
+                shared(label::MANAGER_NAME).unwrap_or_else(|| Arc::from(id.name.as_str())),
+                shared(label::MANAGER_NAMESPACE),
+            )
+        });
+        Some(record)
     }
 
     /// `(namespace, name)`.
@@ -143,6 +165,16 @@ impl SecretMetadata for SecretRecord {
     }
     fn data_owners(&self) -> impl Iterator<Item = Option<&str>> {
         self.data_owners.iter().map(|m| m.as_deref())
+    }
+    fn names_a_manager(&self) -> bool {
+        self.owner.is_some()
+    }
+    fn labelled_for(&self, manager: &ManagerId) -> bool {
+        self.owner.as_ref().is_some_and(|(kind, name, namespace)| {
+            *kind == manager.kind
+                && **name == *manager.name
+                && namespace.as_deref() == manager.namespace.as_deref()
+        })
     }
     fn to_meta(&self) -> ObjectMeta {
         let map = |pairs: &mut dyn Iterator<Item = (String, String)>| Some(pairs.collect());
@@ -372,11 +404,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1;
 
     use super::*;
-    use crate::{
-        api::{annotation, label},
-        controller::plan::belongs_to,
-        policy::ManagerKind,
-    };
+    use crate::{api::annotation, controller::plan::belongs_to};
 
     fn meta(name: &str, owned: bool) -> SecretMeta {
         let metadata = ObjectMeta {
@@ -455,6 +483,20 @@ mod tests {
         );
         assert!(is_managed(&record));
         assert_eq!(labelled_owner(&record), labelled_owner(&trimmed));
+        for id in [
+            labelled_owner(&trimmed).ok_or("no owner")?,
+            ManagerId {
+                name: "other".to_owned(),
+                ..labelled_owner(&trimmed).ok_or("no owner")?
+            },
+            ManagerId {
+                namespace: Some("team".to_owned()),
+                ..labelled_owner(&trimmed).ok_or("no owner")?
+            },
+        ] {
+            assert_eq!(record.labelled_for(&id), trimmed.labelled_for(&id), "{id}");
+        }
+        assert_eq!(record.names_a_manager(), trimmed.names_a_manager());
         let company = labelled_owner(&record).ok_or("no owner")?;
         assert!(belongs_to(&record, &company, "m-uid") && !belongs_to(&record, &company, "x"));
         Ok(())

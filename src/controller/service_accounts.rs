@@ -256,13 +256,24 @@ impl ServiceAccountCache {
         None
     }
 
-    /// The ServiceAccounts of `namespace`, by name.
-    pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<ServiceAccountRecord>> {
-        self.inner
-            .read()
-            .ok()
-            .and_then(|i| i.current.get(namespace).cloned())
-            .unwrap_or_default()
+    /// The ServiceAccounts of `namespace` for which `keep` is true, looked at in place: the
+    /// usual answer of a resync, none, allocates nothing.
+    pub fn matching(
+        &self,
+        namespace: &str,
+        mut keep: impl FnMut(&ServiceAccountRecord) -> bool,
+    ) -> Vec<Arc<ServiceAccountRecord>> {
+        let Ok(inner) = self.inner.read() else {
+            return Vec::new();
+        };
+        inner
+            .current
+            .get(namespace)
+            .into_iter()
+            .flatten()
+            .filter(|sa| keep(sa))
+            .cloned()
+            .collect()
     }
 
     /// True once the first list has been applied.
@@ -303,21 +314,21 @@ mod tests {
         cache.apply(&watcher::Event::Init);
         cache.apply(&watcher::Event::InitApply(sa("a", "default")));
         cache.apply(&watcher::Event::InitApply(sa("b", "default")));
-        assert!(!cache.is_ready() && cache.in_namespace("a").is_empty());
+        assert!(!cache.is_ready() && cache.matching("a", |_| true).is_empty());
         cache.apply(&watcher::Event::InitDone);
         let changed = cache.apply(&watcher::Event::Apply(sa("a", "app")));
         assert_eq!(changed.map(|r| r.name().to_owned()).as_deref(), Some("app"));
-        assert_eq!(names(cache.in_namespace("a")), ["app", "default"]);
-        assert_eq!(names(cache.in_namespace("b")), ["default"]);
+        assert_eq!(names(cache.matching("a", |_| true)), ["app", "default"]);
+        assert_eq!(names(cache.matching("b", |_| true)), ["default"]);
         cache.apply(&watcher::Event::Delete(sa("a", "default")));
-        assert_eq!(names(cache.in_namespace("a")), ["app"]);
+        assert_eq!(names(cache.matching("a", |_| true)), ["app"]);
         assert_eq!(cache.len(), 2);
         // A relist replaces everything at its end: what it does not list is gone.
         cache.apply(&watcher::Event::Init);
         cache.apply(&watcher::Event::InitApply(sa("b", "default")));
         cache.apply(&watcher::Event::InitDone);
-        assert!(cache.in_namespace("a").is_empty());
-        assert_eq!(names(cache.in_namespace("b")), ["default"]);
+        assert!(cache.matching("a", |_| true).is_empty());
+        assert_eq!(names(cache.matching("b", |_| true)), ["default"]);
     }
 
     #[test]
@@ -377,8 +388,8 @@ mod tests {
             cache.apply(&watcher::Event::InitApply(s));
         }
         cache.apply(&watcher::Event::InitDone);
-        let a = cache.in_namespace("ns-1");
-        let b = cache.in_namespace("ns-2");
+        let a = cache.matching("ns-1", |_| true);
+        let b = cache.matching("ns-2", |_| true);
         assert!(Arc::ptr_eq(&a[0].name, &b[0].name), "one `default`");
         if let Ok(inner) = cache.inner.read() {
             assert_eq!(inner.strings.len(), 100 + 2);

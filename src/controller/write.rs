@@ -361,10 +361,11 @@ pub(super) async fn backfill(
         .iter()
         .enumerate()
         .flat_map(|(i, namespace)| {
-            ctx.service_accounts_in(&namespace.name)
-                .into_iter()
-                .filter(|sa| serviceaccount::backfill(sa, namespace, manager).is_some())
-                .map(move |sa| (i, sa))
+            ctx.service_accounts_in(&namespace.name, |sa| {
+                serviceaccount::backfill(sa, namespace, manager).is_some()
+            })
+            .into_iter()
+            .map(move |sa| (i, sa))
         })
         .collect();
     stream::iter(work)
@@ -425,11 +426,7 @@ async fn remove_entries(
             .collect();
         serviceaccount::removal(sa, &remove)
     };
-    let work: Vec<std::sync::Arc<ServiceAccountRecord>> = ctx
-        .service_accounts_in(&namespace.name)
-        .into_iter()
-        .filter(|sa| compute(sa).is_some())
-        .collect();
+    let work = ctx.service_accounts_in(&namespace.name, |sa| compute(sa).is_some());
     stream::iter(work)
         .map(|sa| async move {
             patch_and_report(ctx, &namespace.name, &sa, Change::Removed, compute, report).await
@@ -451,6 +448,12 @@ pub(super) async fn prune(
     claimants: &[Manager],
     report: &ServiceAccountReport,
 ) -> Vec<Issue> {
+    // In its target namespaces (in scope, not opted out), a manager in mode ServiceAccount
+    // that selects every ServiceAccount wants all its names on all of them: nothing of its
+    // can be left behind there. The usual case, and the whole of a resync's prune.
+    if manager.mode == crate::api::Mode::ServiceAccount && manager.selects_every_service_account() {
+        return Vec::new();
+    }
     let names = manager.secret_names();
     let others = naming(claimants, names);
     let mut issues = Vec::new();

@@ -13,7 +13,9 @@
 //! scope holds the namespace, and the decision still checks each of them.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    borrow::Borrow,
+    collections::{BTreeSet, HashMap, HashSet},
+    hash::{Hash, Hasher},
     sync::Arc,
 };
 
@@ -60,11 +62,35 @@ fn place(scope: &Scope) -> Place {
     }
 }
 
+/// A manager in a set, told apart by its id (which it holds: no second copy as a key).
+#[derive(Clone, Debug)]
+struct ById(Arc<Manager>);
+
+impl PartialEq for ById {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.id == other.0.id
+    }
+}
+
+impl Eq for ById {}
+
+impl Hash for ById {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.id.hash(state);
+    }
+}
+
+impl Borrow<ManagerId> for ById {
+    fn borrow(&self) -> &ManagerId {
+        &self.0.id
+    }
+}
+
 /// The live managers, compiled, filed by what narrows them. Plain values in and out: the
 /// webhook's watches call [`ManagerIndex::apply`] and [`ManagerIndex::delete`].
 #[derive(Clone, Debug, Default)]
 pub struct ManagerIndex {
-    all: HashMap<ManagerId, (Arc<Manager>, Place)>,
+    all: HashSet<ById>,
     by_name: HashMap<String, Vec<Arc<Manager>>>,
     /// label key → label value → managers.
     by_label: HashMap<String, HashMap<String, Vec<Arc<Manager>>>>,
@@ -106,14 +132,15 @@ impl ManagerIndex {
             }
             Place::Everywhere => self.everywhere.push(manager.clone()),
         }
-        self.all.insert(manager.id.clone(), (manager, place));
+        self.all.insert(ById(manager));
     }
 
     /// Removes the manager with this id, if held.
     pub fn delete(&mut self, id: &ManagerId) {
-        let Some((_, place)) = self.all.remove(id) else {
+        let Some(ById(manager)) = self.all.take(id) else {
             return;
         };
+        let place = place(&manager.scope);
         let remove = |list: &mut Vec<Arc<Manager>>| list.retain(|m| m.id != *id);
         match place {
             Place::Names(names) => {
@@ -147,7 +174,13 @@ impl ManagerIndex {
 
     /// Keeps only the managers for which `keep` is true (what a relist did not list goes).
     pub fn retain(&mut self, mut keep: impl FnMut(&ManagerId) -> bool) {
-        let gone: Vec<ManagerId> = self.all.keys().filter(|id| !keep(id)).cloned().collect();
+        let gone: Vec<ManagerId> = self
+            .all
+            .iter()
+            .map(|m| &m.0.id)
+            .filter(|id| !keep(id))
+            .cloned()
+            .collect();
         for id in &gone {
             self.delete(id);
         }
@@ -177,7 +210,7 @@ impl ManagerIndex {
 
     /// Every manager, oldest first.
     pub fn all(&self) -> Vec<Arc<Manager>> {
-        let mut all: Vec<Arc<Manager>> = self.all.values().map(|(m, _)| m.clone()).collect();
+        let mut all: Vec<Arc<Manager>> = self.all.iter().map(|m| m.0.clone()).collect();
         all.sort_by(|a, b| a.seniority().cmp(&b.seniority()));
         all
     }

@@ -576,10 +576,10 @@ fn the_quick_ownership_checks_agree_with_the_labelled_owner() {
     metas.extend([odd, nameless, stray_namespace, ObjectMeta::default()]);
     for meta in &metas {
         let owner = labelled_owner(meta);
-        assert_eq!(names_a_manager(meta), owner.is_some(), "{meta:?}");
+        assert_eq!(meta.names_a_manager(), owner.is_some(), "{meta:?}");
         for id in [&namespaced, &cluster] {
             assert_eq!(
-                labelled_for(meta, id),
+                meta.labelled_for(id),
                 owner.as_ref() == Some(id),
                 "{meta:?}"
             );
