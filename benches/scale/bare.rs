@@ -103,7 +103,7 @@ async fn bare_patch_service_account(client: &Client, sa: ServiceAccount, name: &
 /// managers at a time with [`WRITES_IN_FLIGHT`] writes in flight each. Timed from the first
 /// write to the last answer; the ServiceAccounts are listed before the clock starts (the
 /// controller has them in its cache too). Returns the time and the number of writes.
-pub async fn bare_client(client: &Client, n: usize) -> Result<(Duration, usize)> {
+pub async fn bare_client(client: &Client, n: usize, tag: &str) -> Result<(Duration, usize)> {
     let all: Api<ServiceAccount> = Api::all(client.clone());
     let mut by_namespace: HashMap<usize, Vec<ServiceAccount>> = HashMap::new();
     let mut params = ListParams::default().limit(5_000);
@@ -126,7 +126,7 @@ pub async fn bare_client(client: &Client, n: usize) -> Result<(Duration, usize)>
         .map(|j| {
             let (by_namespace, writes) = (by_namespace.clone(), writes.clone());
             async move {
-                let name = format!("bare-{j}-pull");
+                let name = format!("{tag}-{j}-pull");
                 let targets = namespaces_of_manager(j, n);
                 stream::iter(targets.iter())
                     .map(|i| {

@@ -63,7 +63,7 @@ pub async fn run(client: &Client, cluster: &Cluster, n: usize) -> Result<Vec<Row
     let mut rows = Vec::new();
 
     eprintln!("[scale] controller: the bare client's writes");
-    let (bare, bare_writes) = bare::bare_client(client, n).await?;
+    let (bare, bare_writes) = bare::bare_client(client, n, "bare").await?;
     eprintln!("[scale]   bare client: {bare_writes} writes in {bare:.1?}");
     // The bare client's Secrets are the unrelated Secrets of the setup: top them up to 2 N.
     let top_up = (2 * n).saturating_sub(secrets_expected);
@@ -137,32 +137,6 @@ pub async fn run(client: &Client, cluster: &Cluster, n: usize) -> Result<Vec<Row
     let (used, wall) = cpu.read();
     peak.abort();
     eprintln!("[scale]   converged after {took:.1?}; CPU {used:?} over {wall:.1} s");
-    let ratio = took.as_secs_f64() / bare.as_secs_f64();
-    rows.push(Row::info(
-        "bare_client_seconds",
-        format!(
-            "bare client: the same {bare_writes} writes ({secrets_expected} Secret creates, ServiceAccount patches), {MANAGERS_AT_ONCE} managers' worth at a time × {WRITES_IN_FLIGHT} in flight"
-        ),
-        format!("{:.1} s", bare.as_secs_f64()),
-        bare.as_secs_f64(),
-    ));
-    rows.push(
-        Row::info(
-            "controller_converge_seconds",
-            format!(
-                "controller: {CLUSTER_MANAGERS} managers applied → all {secrets_expected} Secrets and all {accounts_expected} ServiceAccounts' entries seen"
-            ),
-            format!("{:.1} s = **{ratio:.2} × the bare client**", took.as_secs_f64()),
-            took.as_secs_f64(),
-        )
-        .target("≤ 1.25 × bare", ratio <= 1.25),
-    );
-    rows.push(Row::info(
-        "converge_ratio",
-        "converge time / bare client time".to_owned(),
-        format!("{ratio:.2}"),
-        ratio,
-    ));
     let cpu_of = |name: &str| {
         used.iter()
             .find(|(n, _)| n == name)
@@ -241,6 +215,44 @@ pub async fn run(client: &Client, cluster: &Cluster, n: usize) -> Result<Vec<Row
             (events as f64) <= runs * per_reconcile as f64 && (events as f64) < patched,
         ),
     );
+
+    // The bare client again, now that cheiron has converged (other names): machine load
+    // drifts over a run of this length, so cheiron is compared with the mean of the two.
+    eprintln!("[scale] controller: the bare client's writes again");
+    let (bare_again, _) = bare::bare_client(client, n, "bare2").await?;
+    eprintln!("[scale]   bare client again: {bare_again:.1?}");
+    let bare_mean = (bare + bare_again) / 2;
+    let ratio = took.as_secs_f64() / bare_mean.as_secs_f64();
+    rows.push(Row::info(
+        "bare_client_seconds",
+        format!(
+            "bare client: the same {bare_writes} writes ({secrets_expected} Secret creates, ServiceAccount patches), {MANAGERS_AT_ONCE} managers' worth at a time × {WRITES_IN_FLIGHT} in flight; before cheiron, after it"
+        ),
+        format!(
+            "{:.1} s (runs {:.1} s, {:.1} s)",
+            bare_mean.as_secs_f64(),
+            bare.as_secs_f64(),
+            bare_again.as_secs_f64()
+        ),
+        bare_mean.as_secs_f64(),
+    ));
+    rows.push(
+        Row::info(
+            "controller_converge_seconds",
+            format!(
+                "controller: {CLUSTER_MANAGERS} managers applied → all {secrets_expected} Secrets and all {accounts_expected} ServiceAccounts' entries seen"
+            ),
+            format!("{:.1} s = **{ratio:.2} × the bare client**", took.as_secs_f64()),
+            took.as_secs_f64(),
+        )
+        .target("≤ 1.25 × bare", ratio <= 1.25),
+    );
+    rows.push(Row::info(
+        "converge_ratio",
+        "converge time / bare client time (mean of the two)".to_owned(),
+        format!("{ratio:.2}"),
+        ratio,
+    ));
 
     rows.extend(no_op_reconciles(client, &controller).await?);
     rows.push(steady_state(client, &controller).await?);
