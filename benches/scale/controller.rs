@@ -40,7 +40,7 @@ pub const PATCH_ATTEMPTS: usize = 5;
 /// The controller's `--resync`, in seconds.
 const RESYNC: u64 = 60;
 /// No-op reconciles of the manager over every namespace that are timed.
-const NOOP_SAMPLES: usize = 100;
+const NOOP_SAMPLES: usize = 300;
 pub const BARE_ANNOTATION: &str = "bench.cheiron.anny.co/bare";
 pub const BARE_WITH_ANNOTATION: &str = "bench.cheiron.anny.co/bare-with";
 

@@ -420,6 +420,32 @@ pub fn rivals<'a>(
         .collect()
 }
 
+/// A hasher for the plan's maps of names: FNV-1a, much cheaper than SipHash on strings this
+/// short, and the keys come from the cache, not from a client that could pick collisions.
+#[derive(Clone, Copy, Default)]
+struct ShortKeys;
+
+impl std::hash::BuildHasher for ShortKeys {
+    type Hasher = Fnv;
+    fn build_hasher(&self) -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+struct Fnv(u64);
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
 /// Plans one reconcile of `manager`.
 ///
 /// - `namespaces`: every live (not terminating) namespace;
@@ -435,9 +461,17 @@ pub fn plan<N: Borrow<NamespaceMeta>, S: SecretMetadata>(
 ) -> Plan {
     let me = &manager.id;
     let namespaces = || namespaces.iter().map(Borrow::borrow);
-    let targets = targets(manager, namespaces());
-    let target_set: HashSet<&str> = targets.iter().map(String::as_str).collect();
-    let by_key: HashMap<(&str, &str), &S> = existing
+    // The namespaces in scope, in one pass (the targets' names are sorted, as the
+    // namespaces are, so the Plan's list is too).
+    let in_scope: Vec<&NamespaceMeta> = namespaces()
+        .filter(|ns| manager.scope.contains(ns) && !namespace_opted_out(ns))
+        .collect();
+    let mut targets: Vec<String> = in_scope.iter().map(|ns| ns.name.clone()).collect();
+    if !targets.is_sorted() {
+        targets.sort();
+    }
+    let target_set: HashSet<&str, ShortKeys> = targets.iter().map(String::as_str).collect();
+    let by_key: HashMap<(&str, &str), &S, ShortKeys> = existing
         .iter()
         .map(|s| &**s)
         .filter(|s| is_managed(*s))
@@ -458,7 +492,7 @@ pub fn plan<N: Borrow<NamespaceMeta>, S: SecretMetadata>(
         .map(|d| d.content.as_deref().map(content_hash))
         .collect();
     let mut out = Plan::default();
-    for namespace in namespaces().filter(|ns| target_set.contains(ns.name.as_str())) {
+    for namespace in in_scope {
         let ns = namespace.name.as_str();
         for (i, wanted) in desired.iter().enumerate() {
             // A name only this manager claims is its own in every target namespace.

@@ -149,9 +149,14 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         ));
     }
 
+    // Both sorted by name: one walk, not a search per namespace.
+    let mut wanted = plan.targets.iter().peekable();
     let targets: Vec<Arc<NamespaceMeta>> = namespaces
         .iter()
-        .filter(|n| plan.targets.binary_search(&n.name).is_ok())
+        .filter(|n| {
+            while wanted.next_if(|t| **t < n.name).is_some() {}
+            wanted.next_if(|t| **t == n.name).is_some()
+        })
         .cloned()
         .collect();
     if compiled.mode == crate::api::Mode::ServiceAccount {

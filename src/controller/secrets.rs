@@ -35,6 +35,8 @@ struct Owner {
     uid: Arc<str>,
     controller: Option<bool>,
     block_owner_deletion: Option<bool>,
+    /// `api_version` is of cheiron's group: a manager (worked out once).
+    cheiron: bool,
 }
 
 /// What the controller keeps of one of cheiron's Secrets.
@@ -90,6 +92,10 @@ impl SecretRecord {
                 .into_iter()
                 .flatten()
                 .map(|o| Owner {
+                    cheiron: o
+                        .api_version
+                        .strip_prefix(crate::api::GROUP)
+                        .is_some_and(|version| version.starts_with('/')),
                     api_version: strings.share(&o.api_version),
                     kind: strings.share(&o.kind),
                     name: strings.share(&o.name),
@@ -154,14 +160,7 @@ impl SecretMetadata for SecretRecord {
             .map(|(_, v)| &**v)
     }
     fn cheiron_owners(&self) -> impl Iterator<Item = &str> {
-        self.owners
-            .iter()
-            .filter(|o| {
-                o.api_version
-                    .strip_prefix(crate::api::GROUP)
-                    .is_some_and(|version| version.starts_with('/'))
-            })
-            .map(|o| &*o.uid)
+        self.owners.iter().filter(|o| o.cheiron).map(|o| &*o.uid)
     }
     fn data_owners(&self) -> impl Iterator<Item = Option<&str>> {
         self.data_owners.iter().map(|m| m.as_deref())
