@@ -10,12 +10,17 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::{StreamExt, TryStreamExt, future, stream};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::{
     Api, Client, ResourceExt,
-    api::{ListParams, Patch, PatchParams, PostParams},
+    api::{Patch, PatchParams, PostParams},
     core::ObjectMeta,
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, ObjectRef},
+        watcher,
+    },
 };
 use serde_json::{Value, json};
 
@@ -70,9 +75,14 @@ fn status_code(e: &kube::Error) -> Option<u16> {
     }
 }
 
-/// Patches `sa` like the controller does: from the listed state, again from a fresh read
-/// when another writer got there first.
-async fn bare_patch_service_account(client: &Client, sa: ServiceAccount, name: &str) -> Result {
+/// Patches `sa` like the controller does: from the cached state, again from a fresh read
+/// when another writer got there first (counted in `conflicts`).
+async fn bare_patch_service_account(
+    client: &Client,
+    sa: ServiceAccount,
+    name: &str,
+    conflicts: &AtomicUsize,
+) -> Result {
     let ns = sa.namespace().unwrap_or_default();
     let api: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
     let mut current = sa;
@@ -90,6 +100,7 @@ async fn bare_patch_service_account(client: &Client, sa: ServiceAccount, name: &
         {
             Ok(_) => return Ok(()),
             Err(e) if matches!(status_code(&e), Some(409 | 422)) => {
+                conflicts.fetch_add(1, Ordering::Relaxed);
                 current = api.get(&current.name_any()).await?;
             }
             Err(e) => return Err(e.into()),
@@ -100,31 +111,37 @@ async fn bare_patch_service_account(client: &Client, sa: ServiceAccount, name: &
 
 /// The writes cheiron makes to converge, made by a plain client: per manager, its Secrets
 /// created in each of its namespaces, then every ServiceAccount there patched, [`MANAGERS_AT_ONCE`]
-/// managers at a time with [`WRITES_IN_FLIGHT`] writes in flight each. Timed from the first
-/// write to the last answer; the ServiceAccounts are listed before the clock starts (the
-/// controller has them in its cache too). Returns the time and the number of writes.
-pub async fn bare_client(client: &Client, n: usize, tag: &str) -> Result<(Duration, usize)> {
-    let all: Api<ServiceAccount> = Api::all(client.clone());
-    let mut by_namespace: HashMap<usize, Vec<ServiceAccount>> = HashMap::new();
-    let mut params = ListParams::default().limit(5_000);
-    loop {
-        let page = all.list(&params).await?;
-        for sa in page.items {
-            if let Some(i) = sa.namespace().as_deref().and_then(index_of) {
-                by_namespace.entry(i).or_default().push(sa);
-            }
-        }
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => break,
+/// managers at a time with [`WRITES_IN_FLIGHT`] writes in flight each. Like the controller, it
+/// computes each patch from a cache its own watch keeps current (so a patch starts from what
+/// the other managers' writes left), synced before the clock starts. Timed from the first
+/// write to the last answer. Returns the time, the number of writes and of patches that lost
+/// a race and were made again.
+pub async fn bare_client(client: &Client, n: usize, tag: &str) -> Result<(Duration, usize, usize)> {
+    let (cache, writer) = reflector::store::<ServiceAccount>();
+    let watch = tokio::spawn(
+        watcher(
+            Api::<ServiceAccount>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .for_each(|_| future::ready(())),
+    );
+    cache.wait_until_ready().await?;
+    let mut by_namespace: HashMap<usize, Vec<String>> = HashMap::new();
+    for sa in cache.state() {
+        if let Some(i) = sa.namespace().as_deref().and_then(index_of) {
+            by_namespace.entry(i).or_default().push(sa.name_any());
         }
     }
     let by_namespace = Arc::new(by_namespace);
+    let conflicts = Arc::new(AtomicUsize::new(0));
     let writes = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     stream::iter(0..CLUSTER_MANAGERS)
         .map(|j| {
             let (by_namespace, writes) = (by_namespace.clone(), writes.clone());
+            let (cache, conflicts) = (cache.clone(), conflicts.clone());
             async move {
                 let name = format!("{tag}-{j}-pull");
                 let targets = namespaces_of_manager(j, n);
@@ -159,13 +176,21 @@ pub async fn bare_client(client: &Client, n: usize, tag: &str) -> Result<(Durati
                     .try_collect::<Vec<_>>()
                     .await?;
                 writes.fetch_add(targets.len(), Ordering::Relaxed);
-                let accounts: Vec<ServiceAccount> = targets
+                let accounts: Vec<ObjectRef<ServiceAccount>> = targets
                     .iter()
-                    .flat_map(|i| by_namespace.get(i).cloned().unwrap_or_default())
+                    .flat_map(|i| {
+                        let ns = namespace(*i);
+                        by_namespace
+                            .get(i)
+                            .into_iter()
+                            .flatten()
+                            .map(move |sa| ObjectRef::new(sa).within(&ns))
+                    })
                     .collect();
                 let count = accounts.len();
                 stream::iter(accounts)
-                    .map(|sa| bare_patch_service_account(client, sa, &name))
+                    .filter_map(|r| future::ready(cache.get(&r)))
+                    .map(|sa| bare_patch_service_account(client, (*sa).clone(), &name, &conflicts))
                     .buffer_unordered(WRITES_IN_FLIGHT)
                     .try_collect::<Vec<_>>()
                     .await?;
@@ -182,5 +207,11 @@ pub async fn bare_client(client: &Client, n: usize, tag: &str) -> Result<(Durati
         .buffer_unordered(MANAGERS_AT_ONCE)
         .try_collect::<Vec<_>>()
         .await?;
-    Ok((started.elapsed(), writes.load(Ordering::Relaxed)))
+    let took = started.elapsed();
+    watch.abort();
+    Ok((
+        took,
+        writes.load(Ordering::Relaxed),
+        conflicts.load(Ordering::Relaxed),
+    ))
 }

@@ -63,8 +63,10 @@ pub async fn run(client: &Client, cluster: &Cluster, n: usize) -> Result<Vec<Row
     let mut rows = Vec::new();
 
     eprintln!("[scale] controller: the bare client's writes");
-    let (bare, bare_writes) = bare::bare_client(client, n, "bare").await?;
-    eprintln!("[scale]   bare client: {bare_writes} writes in {bare:.1?}");
+    let (bare, bare_writes, bare_conflicts) = bare::bare_client(client, n, "bare").await?;
+    eprintln!(
+        "[scale]   bare client: {bare_writes} writes in {bare:.1?} ({bare_conflicts} patches made again)"
+    );
     // The bare client's Secrets are the unrelated Secrets of the setup: top them up to 2 N.
     let top_up = (2 * n).saturating_sub(secrets_expected);
     many("unrelated Secrets (top-up)", top_up, |k| async move {
@@ -219,8 +221,10 @@ pub async fn run(client: &Client, cluster: &Cluster, n: usize) -> Result<Vec<Row
     // The bare client again, now that cheiron has converged (other names): machine load
     // drifts over a run of this length, so cheiron is compared with the mean of the two.
     eprintln!("[scale] controller: the bare client's writes again");
-    let (bare_again, _) = bare::bare_client(client, n, "bare2").await?;
-    eprintln!("[scale]   bare client again: {bare_again:.1?}");
+    let (bare_again, _, conflicts_again) = bare::bare_client(client, n, "bare2").await?;
+    eprintln!(
+        "[scale]   bare client again: {bare_again:.1?} ({conflicts_again} patches made again)"
+    );
     let bare_mean = (bare + bare_again) / 2;
     let ratio = took.as_secs_f64() / bare_mean.as_secs_f64();
     rows.push(Row::info(
@@ -229,7 +233,7 @@ pub async fn run(client: &Client, cluster: &Cluster, n: usize) -> Result<Vec<Row
             "bare client: the same {bare_writes} writes ({secrets_expected} Secret creates, ServiceAccount patches), {MANAGERS_AT_ONCE} managers' worth at a time × {WRITES_IN_FLIGHT} in flight; before cheiron, after it"
         ),
         format!(
-            "{:.1} s (runs {:.1} s, {:.1} s)",
+            "{:.1} s (runs {:.1} s, {:.1} s; {bare_conflicts} and {conflicts_again} patches lost a race and were made again)",
             bare_mean.as_secs_f64(),
             bare.as_secs_f64(),
             bare_again.as_secs_f64()
