@@ -9,6 +9,7 @@ pub mod install;
 pub mod message;
 pub mod metrics;
 pub mod policy;
+pub mod registry;
 pub mod source;
 pub mod telemetry;
 pub mod tls;
