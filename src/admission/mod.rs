@@ -1,6 +1,7 @@
 //! Admission, without I/O: an AdmissionReview body and a [`View`] in, the AdmissionReview
 //! response out. The HTTP server and `cheiron mutate` are thin shells around this module.
 
+mod images;
 mod patch;
 mod review;
 mod subject;

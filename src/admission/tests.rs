@@ -501,3 +501,50 @@ fn the_fast_parse_and_the_json_path_give_the_same_patch() -> TestResult {
     assert_eq!(fast_patch, slow.patch);
     Ok(())
 }
+
+#[test]
+fn matching_images_reads_every_container_list_and_warns_only_about_matched_missing_secrets()
+-> TestResult {
+    let m: ImagePullSecretManager = serde_json::from_value(json!({
+        "apiVersion": "cheiron.anny.co/v1alpha1", "kind": "ImagePullSecretManager",
+        "metadata": {"name": "m", "namespace": "team"},
+        "spec": {"mode": "Pod", "injection": "MatchingImages", "secrets": [
+            {"name": "hub", "registry": "docker.io", "username": "u", "password": "p"},
+            {"name": "ghcr", "registry": "ghcr.io", "username": "u", "password": "p"},
+            {"name": "quay", "registry": "quay.io", "username": "u", "password": "p"},
+            {"name": "gcr", "registry": "gcr.io", "username": "u", "password": "p"},
+        ]},
+    }))?;
+    // "hub" exists in the namespace; "ghcr" and "quay" do not, "gcr" serves no image here.
+    let view = StaticView::new(
+        vec![Manager::from_namespaced(&m)?],
+        [NamespaceMeta::named("team")],
+    )
+    .with_secrets([("team".to_owned(), "hub".to_owned())]);
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "web-"},
+        "spec": {
+            "containers": [{"name": "web", "image": "nginx:1.27", "env": [{"name": "A", "value": "b"}]}],
+            "initContainers": [{"name": "init", "image": "ghcr.io/org/init@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}],
+            "ephemeralContainers": [{"name": "debug", "image": "quay.io/org/debug"}],
+        },
+    });
+    let mutation = mutate(&pod, SubjectKind::Pod, "team", &view)?;
+    assert_eq!(mutation.added, ["hub", "ghcr", "quay"]);
+    assert_eq!(mutation.warnings.len(), 2, "{:?}", mutation.warnings);
+    assert!(mutation.warnings[0].contains("team/ghcr does not exist yet"));
+    assert!(mutation.warnings[1].contains("team/quay does not exist yet"));
+
+    let elsewhere = json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-"},
+        "spec": {"containers": [{"name": "web", "image": "registry.example.com/app"}]},
+    });
+    let mutation = mutate(&elsewhere, SubjectKind::Pod, "team", &view)?;
+    assert_eq!(
+        mutation.result,
+        MutationResult::Skipped(crate::policy::Skip::NoMatchingImage)
+    );
+    assert!(mutation.patch.0.is_empty() && mutation.warnings.is_empty());
+    Ok(())
+}

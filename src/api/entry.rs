@@ -26,6 +26,27 @@ impl Mode {
     }
 }
 
+/// Which of a manager's Secrets a Pod gets (docs/design.md §5).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum Injection {
+    /// Every Secret of the manager, whatever the Pod pulls (the original Cheiron's behaviour).
+    #[default]
+    All,
+    /// Mode Pod only: the Secrets holding a registry the kubelet would use for at least one
+    /// image of the Pod's containers, initContainers or ephemeralContainers.
+    MatchingImages,
+}
+
+impl Injection {
+    /// The name as written in manifests.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Injection::All => "All",
+            Injection::MatchingImages => "MatchingImages",
+        }
+    }
+}
+
 /// One pull secret of a manager. Either inline credentials (`name`, `registry`, `username`,
 /// `password` or `passwordSecretRef`, optional `email`) or `existingSecretRef`, never both.
 #[derive(Clone, Default, PartialEq, Serialize, Deserialize, KubeSchema)]

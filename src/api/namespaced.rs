@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::{ManagerStatus, Mode, PullSecretEntry, rules};
+use super::{Injection, ManagerStatus, Mode, PullSecretEntry, rules};
 
 /// Injects pull secrets into Pods or ServiceAccounts of its own namespace.
 // Each printcolumn(...) repeats `type_`, which clippy mistakes for a duplicated attribute.
@@ -44,11 +44,17 @@ use super::{ManagerStatus, Mode, PullSecretEntry, rules};
     validation = rules::references_stay_in_own_namespace(),
     validation = rules::pod_selector_needs_pod_mode(),
     validation = rules::service_account_filters_need_service_account_mode(),
+    validation = rules::matching_images_needs_pod_mode(),
 )]
 pub struct ImagePullSecretManagerSpec {
     /// `ServiceAccount` (default) or `Pod`.
     #[serde(default)]
     pub mode: Mode,
+    /// `All` (default): every Secret goes to every Pod or ServiceAccount selected.
+    /// `MatchingImages` (mode Pod only): a Pod gets only the Secrets whose registries the
+    /// kubelet would use for one of its images.
+    #[serde(default)]
+    pub injection: Injection,
     /// The pull secrets; each becomes one Secret in the namespace (unless `mergeInto`).
     #[schemars(length(min = 1, max = 64))]
     pub secrets: Vec<PullSecretEntry>,

@@ -7,7 +7,9 @@ use std::fmt;
 
 use kube::core::{Message, Rule};
 
-use super::{ClusterImagePullSecretManagerSpec, ImagePullSecretManagerSpec, Mode, PullSecretEntry};
+use super::{
+    ClusterImagePullSecretManagerSpec, ImagePullSecretManagerSpec, Injection, Mode, PullSecretEntry,
+};
 
 /// Entry: references and inline credentials are exclusive.
 pub const ENTRY_EXCLUSIVE: &str = "an entry takes either existingSecretRef or inline credentials (registry, username, password or passwordSecretRef, email), not both";
@@ -32,6 +34,8 @@ pub const POD_SELECTOR_NEEDS_POD_MODE: &str =
 /// ServiceAccount filters need mode ServiceAccount.
 pub const SERVICE_ACCOUNT_FILTERS_NEED_SERVICE_ACCOUNT_MODE: &str =
     "serviceAccountNames and serviceAccountSelector apply to mode ServiceAccount only";
+/// `injection: MatchingImages` needs mode Pod.
+pub const MATCHING_IMAGES_NEEDS_POD_MODE: &str = "injection: MatchingImages applies to mode Pod only: a ServiceAccount's pull secrets serve every image of every Pod that uses it; use mode Pod, or injection All";
 /// The namespace globs accepted in `namespaces` and `excludeNamespaces`.
 pub const NAMESPACE_GLOB_PATTERN: &str = "^[a-z0-9*?]([-a-z0-9*?]*[a-z0-9*?])?$";
 /// A Kubernetes object name (DNS-1123 subdomain).
@@ -84,6 +88,11 @@ pub(super) fn pod_selector_needs_pod_mode() -> Rule {
 pub(super) fn service_account_filters_need_service_account_mode() -> Rule {
     Rule::new("(!has(self.serviceAccountNames) && !has(self.serviceAccountSelector)) || self.mode == 'ServiceAccount'")
         .message(SERVICE_ACCOUNT_FILTERS_NEED_SERVICE_ACCOUNT_MODE)
+}
+
+pub(super) fn matching_images_needs_pod_mode() -> Rule {
+    Rule::new("self.injection != 'MatchingImages' || self.mode == 'Pod'")
+        .message(MATCHING_IMAGES_NEEDS_POD_MODE)
 }
 
 fn references_namespace(want_namespace: bool) -> String {
@@ -147,6 +156,7 @@ enum References {
 
 struct Parts<'a> {
     mode: Mode,
+    injection: Injection,
     secrets: &'a [PullSecretEntry],
     merge_into: Option<&'a str>,
     service_account_filters: bool,
@@ -159,6 +169,7 @@ struct Parts<'a> {
 pub fn validate_namespaced(spec: &ImagePullSecretManagerSpec) -> Result<(), InvalidSpec> {
     validate(&Parts {
         mode: spec.mode,
+        injection: spec.injection,
         secrets: &spec.secrets,
         merge_into: spec.merge_into.as_deref(),
         service_account_filters: spec.service_account_names.is_some()
@@ -173,6 +184,7 @@ pub fn validate_namespaced(spec: &ImagePullSecretManagerSpec) -> Result<(), Inva
 pub fn validate_cluster(spec: &ClusterImagePullSecretManagerSpec) -> Result<(), InvalidSpec> {
     validate(&Parts {
         mode: spec.mode,
+        injection: spec.injection,
         secrets: &spec.secrets,
         merge_into: spec.merge_into.as_deref(),
         service_account_filters: spec.service_account_names.is_some()
@@ -273,6 +285,9 @@ fn validate(spec: &Parts<'_>) -> Result<(), InvalidSpec> {
             "spec".into(),
             SERVICE_ACCOUNT_FILTERS_NEED_SERVICE_ACCOUNT_MODE,
         );
+    }
+    if spec.injection == Injection::MatchingImages && spec.mode != Mode::Pod {
+        fail("spec".into(), MATCHING_IMAGES_NEEDS_POD_MODE);
     }
     for (field, globs) in spec.globs {
         if globs.is_some_and(|g| !g.iter().all(|g| is_namespace_glob(g))) {

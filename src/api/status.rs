@@ -28,6 +28,24 @@ pub struct ManagerStatus {
     /// A bounded list of namespaces that could not be synced, with the reason.
     #[serde(default)]
     pub failures: Vec<NamespaceFailure>,
+    // Always written, for the same reason.
+    /// The Secrets this manager writes, each with the registries it holds, as the kubelet
+    /// reads them (never a credential). The webhook reads them for `injection:
+    /// MatchingImages`; a Secret whose registries are not known yet is not listed.
+    #[serde(default)]
+    #[schemars(length(max = 64))]
+    pub pull_secrets: Vec<PullSecretRegistries>,
+}
+
+/// The registries one Secret of a manager holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PullSecretRegistries {
+    /// The Secret's name in each target namespace.
+    pub name: String,
+    /// The registry keys of its `.dockerconfigjson`, as the kubelet reads them, in order.
+    #[schemars(length(max = 32))]
+    pub registries: Vec<String>,
 }
 
 /// Why one namespace could not be synced.

@@ -166,3 +166,76 @@ fn write_results(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    #[test]
+    fn offline_matching_images_knows_inline_registries_from_the_manager_and_copied_ones_from_its_status()
+    -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let managers = dir.path().join("managers.yaml");
+        std::fs::write(
+            &managers,
+            r#"
+apiVersion: cheiron.anny.co/v1alpha1
+kind: ImagePullSecretManager
+metadata: {name: matching, namespace: team}
+spec:
+  mode: Pod
+  injection: MatchingImages
+  secrets:
+    - {name: hub, registry: "https://index.docker.io/v1/", username: u, password: p}
+    - {name: ghcr, registry: ghcr.io, username: u, password: p}
+    - existingSecretRef: {name: quay}
+    - existingSecretRef: {name: unreported}
+status:
+  pullSecrets: [{name: quay, registries: [quay.io]}]
+"#,
+        )?;
+        let pods = dir.path().join("pods.yaml");
+        std::fs::write(
+            &pods,
+            "
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: team}
+spec:
+  containers: [{name: web, image: nginx}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: tools, namespace: team}
+spec:
+  containers: [{name: a, image: 'quay.io/org/tool:1'}]
+  initContainers: [{name: b, image: 'ghcr.io/org/init@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef'}]
+",
+        )?;
+        let mut out = Vec::new();
+        MutateArgs {
+            from: vec![managers],
+            namespace: None,
+            output: OutputFormat::Json,
+            file: pods,
+        }
+        .run(&mut out)?;
+        let list: Value = serde_json::from_slice(&out)?;
+        let names = |i: usize| -> Vec<String> {
+            list["items"][i]["spec"]["imagePullSecrets"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|r| r["name"].as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        // "unreported": a copied Secret whose registries the file does not give is added to every Pod.
+        assert_eq!(names(0), ["hub", "unreported"]);
+        assert_eq!(names(1), ["ghcr", "quay", "unreported"]);
+        Ok(())
+    }
+}

@@ -27,6 +27,7 @@ mod leader;
 mod namespaces;
 mod plan;
 mod reconcile;
+mod registries;
 mod secrets;
 mod service_accounts;
 mod serviceaccount;

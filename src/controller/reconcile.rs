@@ -27,6 +27,7 @@ use super::{
     kinds::ManagerObject,
     plan::FIELD_MANAGER,
     plan::{self, SecretMetadata, Stale, belongs_to},
+    registries::pull_secret_registries,
     secrets::SecretRecord,
     status::{self, Findings, reason},
     write::{
@@ -195,6 +196,7 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         inline_passwords: desired.inline_passwords,
         shadowed_registries: desired.shadowed_registries,
         retry_in: None,
+        pull_secrets: pull_secret_registries(&desired.secrets, manager.current_status()),
     };
     let mut findings = findings;
     let reference = manager.object_ref(&());

@@ -158,6 +158,7 @@ impl ServiceAccountRecord {
             labels: map(&self.labels),
             annotations: map(&self.annotations),
             existing: self.pull_secrets().map(str::to_owned).collect(),
+            images: Vec::new(),
             has_metadata: true,
             has_annotations: self.annotated,
             has_list_parent: true,

@@ -4,7 +4,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::{desired::Problem, error::Issue};
-use crate::api::{ManagerStatus, NamespaceFailure};
+use crate::api::{ManagerStatus, NamespaceFailure, PullSecretRegistries};
 
 /// Most per-namespace failures a status lists.
 pub const MAX_FAILURES: usize = 20;
@@ -46,6 +46,8 @@ pub struct Findings {
     pub shadowed_registries: Vec<String>,
     /// When failed writes are retried (backing off), if any failed.
     pub retry_in: Option<std::time::Duration>,
+    /// The registries of each Secret, for `status.pullSecrets`.
+    pub pull_secrets: Vec<PullSecretRegistries>,
 }
 
 impl Findings {
@@ -169,6 +171,7 @@ pub fn status(findings: &Findings, previous: Option<&ManagerStatus>, now: Time) 
         synced_namespaces: Some(count(findings.synced)),
         namespaces: Some(format!("{}/{}", findings.synced, findings.targets)),
         failures,
+        pull_secrets: findings.pull_secrets.clone(),
     }
 }
 

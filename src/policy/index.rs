@@ -21,7 +21,7 @@ use std::{
 
 use kube::core::Expression;
 
-use super::{Manager, ManagerId, NamespaceMeta, Scope};
+use super::{Manager, ManagerId, NamespaceMeta, Registries, RegistryList, Scope};
 
 /// Where a manager is filed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,6 +95,9 @@ pub struct ManagerIndex {
     /// label key → label value → managers.
     by_label: HashMap<String, HashMap<String, Vec<Arc<Manager>>>>,
     everywhere: Vec<Arc<Manager>>,
+    /// The registry lists of the managers (`injection: MatchingImages`), each held once
+    /// however many managers name the same registries.
+    registry_lists: HashSet<Arc<RegistryList>>,
 }
 
 impl ManagerIndex {
@@ -108,8 +111,15 @@ impl ManagerIndex {
     }
 
     /// Adds `manager`, or replaces the manager with its id.
-    pub fn apply(&mut self, manager: Manager) {
+    pub fn apply(&mut self, mut manager: Manager) {
         self.delete(&manager.id);
+        manager.intern_registries(|list| match self.registry_lists.get(&*list) {
+            Some(held) => held.clone(),
+            None => {
+                self.registry_lists.insert(list.clone());
+                list
+            }
+        });
         let manager = Arc::new(manager);
         let place = place(&manager.scope);
         match &place {
@@ -140,6 +150,14 @@ impl ManagerIndex {
         let Some(ById(manager)) = self.all.take(id) else {
             return;
         };
+        let mut lists: Vec<Arc<RegistryList>> = Vec::new();
+        for registries in manager.registries() {
+            if let Registries::Known(list) = registries
+                && !lists.iter().any(|l| Arc::ptr_eq(l, list))
+            {
+                lists.push(list.clone());
+            }
+        }
         let place = place(&manager.scope);
         let remove = |list: &mut Vec<Arc<Manager>>| list.retain(|m| m.id != *id);
         match place {
@@ -169,6 +187,16 @@ impl ManagerIndex {
                 }
             }
             Place::Everywhere => remove(&mut self.everywhere),
+        }
+        drop(manager);
+        for list in lists {
+            // Held by the set and `lists` only: no other manager names these registries. A
+            // review in flight that still holds the manager keeps the list in the set until
+            // another manager naming the same registries goes: a few bytes, never more than
+            // one list per distinct set of registries.
+            if Arc::strong_count(&list) == 2 {
+                self.registry_lists.remove(&*list);
+            }
         }
     }
 
@@ -213,6 +241,11 @@ impl ManagerIndex {
         let mut all: Vec<Arc<Manager>> = self.all.iter().map(|m| m.0.clone()).collect();
         all.sort_by(|a, b| a.seniority().cmp(&b.seniority()));
         all
+    }
+
+    /// Distinct registry lists held (shared by the managers that name the same registries).
+    pub fn registry_lists(&self) -> usize {
+        self.registry_lists.len()
     }
 
     /// Managers held.

@@ -1,7 +1,7 @@
 //! The domain view of a manager: its scope, its selectors and the Secret names it injects,
 //! compiled once from the API object so that admission does no parsing.
 
-use std::{collections::BTreeSet, fmt};
+use std::{collections::BTreeSet, fmt, sync::Arc};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use kube::{
@@ -9,8 +9,15 @@ use kube::{
     core::{ParseExpressionError, Selector, SelectorExt},
 };
 
-use super::{InvalidGlob, NamespaceGlob, NamespaceMeta, Scope, Subject, SubjectKind};
-use crate::api::{ClusterImagePullSecretManager, ImagePullSecretManager, Mode, PullSecretEntry};
+use super::registries::RegistryList;
+use super::{
+    InvalidGlob, NamespaceGlob, NamespaceMeta, Registries, Scope, Subject, SubjectKind, registries,
+};
+use crate::api::{
+    ClusterImagePullSecretManager, ImagePullSecretManager, Injection, ManagerStatus, Mode,
+    PullSecretEntry,
+};
+use crate::registry::ImageRef;
 
 /// Which of the two kinds a manager is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -96,7 +103,13 @@ pub struct Manager {
     pub mode: Mode,
     /// The namespaces it acts on.
     pub scope: Scope,
+    /// Which of its Secrets a Pod gets. `MatchingImages` outside mode Pod (the CRD refuses
+    /// it, but may predate that rule) is compiled as `All`: a ServiceAccount has no images.
+    pub injection: Injection,
     secret_names: Vec<String>,
+    /// The registries of each Secret of `secret_names`, in the same order; empty unless
+    /// `injection` is `MatchingImages`.
+    registries: Vec<Registries>,
     service_account_names: Option<BTreeSet<String>>,
     service_account_selector: Option<Selector>,
     pod_selector: Option<Selector>,
@@ -105,6 +118,8 @@ pub struct Manager {
 /// The fields both kinds share.
 struct Common<'a> {
     mode: Mode,
+    injection: Injection,
+    status: Option<&'a ManagerStatus>,
     secrets: &'a [PullSecretEntry],
     merge_into: Option<&'a str>,
     service_account_names: Option<&'a Vec<String>>,
@@ -130,6 +145,8 @@ impl Manager {
             Scope::Namespace(namespace),
             Common {
                 mode: spec.mode,
+                injection: spec.injection,
+                status: m.status.as_ref(),
                 secrets: &spec.secrets,
                 merge_into: spec.merge_into.as_deref(),
                 service_account_names: spec.service_account_names.as_ref(),
@@ -169,6 +186,8 @@ impl Manager {
             scope,
             Common {
                 mode: spec.mode,
+                injection: spec.injection,
+                status: m.status.as_ref(),
                 secrets: &spec.secrets,
                 merge_into: spec.merge_into.as_deref(),
                 service_account_names: spec.service_account_names.as_ref(),
@@ -202,6 +221,19 @@ impl Manager {
                 names
             }
         };
+        let injection = match common.mode {
+            Mode::Pod => common.injection,
+            Mode::ServiceAccount => Injection::All,
+        };
+        let registries = match injection {
+            Injection::All => Vec::new(),
+            Injection::MatchingImages => registries::of_secrets(
+                &secret_names,
+                common.secrets,
+                common.merge_into,
+                common.status,
+            ),
+        };
         Ok(Self {
             service_account_selector: selector(
                 &id,
@@ -216,13 +248,50 @@ impl Manager {
             created,
             mode: common.mode,
             scope,
+            injection,
             secret_names,
+            registries,
         })
     }
 
     /// The Secret names this manager injects (one per entry, or the `mergeInto` name).
     pub fn secret_names(&self) -> &[String] {
         &self.secret_names
+    }
+
+    /// The Secrets this manager wants a Pod pulling `images` to reference: all of them, or
+    /// with `injection: MatchingImages`, those holding a registry the kubelet would use for
+    /// one of the images (or whose registries are not known).
+    pub fn secrets_for<'a>(
+        &'a self,
+        images: &'a [ImageRef],
+    ) -> impl Iterator<Item = &'a String> + 'a {
+        let matching = self.injection == Injection::MatchingImages;
+        self.secret_names
+            .iter()
+            .enumerate()
+            .filter(move |(i, _)| {
+                !matching || self.registries.get(*i).is_none_or(|r| r.serve_any(images))
+            })
+            .map(|(_, name)| name)
+    }
+
+    /// The registries of each Secret, in the order of [`Manager::secret_names`]; empty unless
+    /// `injection` is `MatchingImages`.
+    pub fn registries(&self) -> &[Registries] {
+        &self.registries
+    }
+
+    /// Shares equal registry lists with other managers: `intern` returns the list to keep.
+    pub(super) fn intern_registries(
+        &mut self,
+        mut intern: impl FnMut(Arc<RegistryList>) -> Arc<RegistryList>,
+    ) {
+        for registries in &mut self.registries {
+            if let Registries::Known(list) = registries {
+                *list = intern(list.clone());
+            }
+        }
     }
 
     /// True when this manager wants `subject` in `namespace` to reference its Secrets:

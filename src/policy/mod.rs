@@ -4,6 +4,7 @@
 mod glob;
 mod index;
 mod manager;
+mod registries;
 mod scope;
 mod view;
 
@@ -13,12 +14,16 @@ mod tests;
 pub use glob::{InvalidGlob, NamespaceGlob};
 pub use index::ManagerIndex;
 pub use manager::{InvalidManager, Manager, ManagerId, ManagerKind, live_managers};
+pub use registries::{MAX_REGISTRIES, Registries, RegistryList};
 pub use scope::Scope;
 pub use view::{NamespaceMeta, StaticView, View, WithNamespace};
 
 use std::collections::BTreeMap;
 
-use crate::api::{Mode, annotation};
+use crate::{
+    api::{Injection, Mode, annotation},
+    registry::ImageRef,
+};
 
 /// The kind of object being admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -58,6 +63,9 @@ pub struct Subject<'a> {
     pub labels: &'a BTreeMap<String, String>,
     /// The object's annotations.
     pub annotations: &'a BTreeMap<String, String>,
+    /// The image references a Pod pulls (all its containers), as written; empty for a
+    /// ServiceAccount. Read only by managers with `injection: MatchingImages`.
+    pub images: &'a [String],
 }
 
 /// Why an object gets no pull secrets.
@@ -69,6 +77,9 @@ pub enum Skip {
     NamespaceOptedOut,
     /// No manager of the right mode has the namespace in scope and selects the object.
     NoManager,
+    /// Managers apply, all with `injection: MatchingImages`, and none holds a registry for
+    /// one of the Pod's images.
+    NoMatchingImage,
 }
 
 impl Skip {
@@ -78,6 +89,7 @@ impl Skip {
             Skip::ObjectOptedOut => "object_opted_out",
             Skip::NamespaceOptedOut => "namespace_opted_out",
             Skip::NoManager => "no_manager",
+            Skip::NoMatchingImage => "no_matching_image",
         }
     }
 }
@@ -135,23 +147,50 @@ pub fn decide<'m>(
     }
     let mut secrets: Vec<String> = Vec::new();
     let mut ids = Vec::new();
+    // Parsed once, and only when a manager with `injection: MatchingImages` applies.
+    let mut images: Option<Vec<ImageRef>> = None;
+    let mut unmatched = false;
     for manager in managers {
         if !manager.applies_to(subject, namespace) {
             continue;
         }
-        for name in manager.secret_names() {
+        let images: &[ImageRef] = match manager.injection {
+            Injection::All => &[],
+            Injection::MatchingImages => images.get_or_insert_with(|| parse_images(subject)),
+        };
+        let mut wanted = false;
+        for name in manager.secrets_for(images) {
+            wanted = true;
             if !secrets.iter().any(|s| s == name) {
                 secrets.push(name.clone());
             }
         }
-        ids.push(manager.id.clone());
+        if wanted || manager.injection == Injection::All {
+            ids.push(manager.id.clone());
+        } else {
+            unmatched = true;
+        }
     }
     if ids.is_empty() {
-        Decision::Skip(Skip::NoManager)
+        Decision::Skip(if unmatched {
+            Skip::NoMatchingImage
+        } else {
+            Skip::NoManager
+        })
     } else {
         Decision::Inject {
             secrets,
             managers: ids,
         }
     }
+}
+
+/// The images of `subject` the kubelet could pull; a reference it cannot parse matches no
+/// registry (the kubelet could not pull it either).
+fn parse_images(subject: &Subject<'_>) -> Vec<ImageRef> {
+    subject
+        .images
+        .iter()
+        .filter_map(|image| ImageRef::parse(image).ok())
+        .collect()
 }

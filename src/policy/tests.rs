@@ -37,6 +37,7 @@ struct Object {
     name: String,
     labels: BTreeMap<String, String>,
     annotations: BTreeMap<String, String>,
+    images: Vec<String>,
 }
 
 impl Object {
@@ -46,6 +47,7 @@ impl Object {
             name: String::new(),
             labels: map(labels),
             annotations: BTreeMap::new(),
+            images: Vec::new(),
         }
     }
     fn service_account(name: &str) -> Self {
@@ -54,6 +56,7 @@ impl Object {
             name: name.to_owned(),
             labels: BTreeMap::new(),
             annotations: BTreeMap::new(),
+            images: Vec::new(),
         }
     }
     fn annotated(mut self, key: &str, value: &str) -> Self {
@@ -66,6 +69,7 @@ impl Object {
             name: &self.name,
             labels: &self.labels,
             annotations: &self.annotations,
+            images: &self.images,
         }
     }
 }

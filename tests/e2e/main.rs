@@ -10,6 +10,7 @@ const CHEIRON: harness::Cheiron = harness::cheiron!();
 mod crd_schema;
 mod failure_policy;
 mod live_managers;
+mod matching_images;
 mod metrics_auth;
 mod opt_out;
 mod pods;

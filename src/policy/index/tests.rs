@@ -283,7 +283,7 @@ proptest! {
                 .map(|m| &m.id)
                 .collect();
             prop_assert_eq!(&found, &in_scope, "in {:?}", namespace);
-            let subject = Subject { kind: SubjectKind::Pod, name: "p", labels: &empty, annotations: &empty };
+            let subject = Subject { kind: SubjectKind::Pod, name: "p", labels: &empty, annotations: &empty, images: &[] };
             let by_index: Decision = decide(&subject, namespace, candidates.iter().map(|m| &**m));
             let by_scan: Decision = decide(&subject, namespace, oldest_first.iter());
             prop_assert_eq!(by_index, by_scan);
