@@ -9,7 +9,10 @@ use tokio_util::sync::CancellationToken;
 use super::{AdminArgs, ServeArgs};
 use crate::{
     admin::{AdminState, serve_admin},
-    controller::{self, ControllerOptions, ControllerReady, LeaderElection},
+    controller::{
+        self, ControllerOptions, ControllerReady, LeaderElection,
+        pace::{self, MAX_API_REQUESTS_IN_FLIGHT, Pace},
+    },
     metrics::Metrics,
     source::ClusterSource,
 };
@@ -165,6 +168,16 @@ async fn client() -> anyhow::Result<kube::Client> {
         .context("cannot reach the cluster (set KUBECONFIG or run in a Pod)")
 }
 
+/// The controller's client: its requests paced to what the apiserver serves
+/// ([`controller::pace`]).
+async fn paced_client() -> anyhow::Result<kube::Client> {
+    let config = kube::Config::infer()
+        .await
+        .context("cannot reach the cluster (set KUBECONFIG or run in a Pod)")?;
+    let pace = Arc::new(Pace::new(MAX_API_REQUESTS_IN_FLIGHT));
+    pace::paced_client(config, pace).context("cannot build the Kubernetes client")
+}
+
 /// Arguments of `cheiron controller`.
 #[derive(Args, Debug, Clone)]
 pub struct ControllerCommand {
@@ -178,7 +191,7 @@ impl ControllerCommand {
     /// Runs the controller and its admin server until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let Self { admin, controller } = self;
-        let client = client().await?;
+        let client = paced_client().await?;
         let (admin_listen, metrics_access) = admin.resolve(Some(&client)).await?;
         let metrics = Arc::new(Metrics::new());
         let ready = Arc::new(ControllerReady::default());
@@ -221,7 +234,9 @@ impl RunCommand {
         let metrics = Arc::new(Metrics::new());
         let ready = Arc::new(ControllerReady::default());
         let controller_task = {
-            let (client, metrics, shutdown) = (client.clone(), metrics.clone(), shutdown.clone());
+            // The webhook's reads are not paced behind the controller's writes.
+            let client = paced_client().await?;
+            let (metrics, shutdown) = (metrics.clone(), shutdown.clone());
             tokio::spawn(async move { controller.run(client, metrics, ready, shutdown).await })
         };
         let served = async {

@@ -25,6 +25,7 @@ mod interned;
 mod kinds;
 mod leader;
 mod namespaces;
+pub mod pace;
 mod plan;
 mod reconcile;
 mod registries;
