@@ -298,18 +298,14 @@ async fn garbage_half_open_handshakes_and_slowloris_do_not_stop_the_server() {
         .await
         .unwrap();
 
-    // With all of them hanging on, a real review is answered at once.
+    // With all of them hanging on (the slow ones stay open to the end of the test), a real
+    // review is answered. The bound is far above a review's milliseconds: it catches a server
+    // that waits on the hostile connections, not a slow machine (CI runs at a load of 10).
     let review = pod_review();
-    let started = Instant::now();
-    let response = tokio::time::timeout(Duration::from_secs(5), webhook.review(&review))
+    let response = tokio::time::timeout(Duration::from_secs(15), webhook.review(&review))
         .await
-        .unwrap();
+        .expect("a review answered while hostile connections hang on");
     patched(&review, &response);
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "took {:?}",
-        started.elapsed()
-    );
     assert_eq!(webhook.get_admin("/healthz").await.status(), StatusCode::OK);
 
     for (name, stream) in [
@@ -319,7 +315,8 @@ async fn garbage_half_open_handshakes_and_slowloris_do_not_stop_the_server() {
         ("silent", &mut silent),
     ] {
         assert!(
-            closed_within(stream, Duration::from_secs(3)).await,
+            // The handshake timeout is 500 ms.
+            closed_within(stream, Duration::from_secs(5)).await,
             "{name} connection still open"
         );
     }
