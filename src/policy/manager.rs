@@ -9,7 +9,7 @@ use kube::{
     core::{ParseExpressionError, Selector, SelectorExt},
 };
 
-use super::registries::RegistryList;
+use super::registries::{Image, RegistryList};
 use super::{
     InvalidGlob, NamespaceGlob, NamespaceMeta, Registries, Scope, Subject, SubjectKind, registries,
 };
@@ -17,7 +17,6 @@ use crate::api::{
     ClusterImagePullSecretManager, ImagePullSecretManager, Injection, ManagerStatus, Mode,
     PullSecretEntry,
 };
-use crate::registry::ImageRef;
 
 /// Which of the two kinds a manager is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -262,10 +261,7 @@ impl Manager {
     /// The Secrets this manager wants a Pod pulling `images` to reference: all of them, or
     /// with `injection: MatchingImages`, those holding a registry the kubelet would use for
     /// one of the images (or whose registries are not known).
-    pub fn secrets_for<'a>(
-        &'a self,
-        images: &'a [ImageRef],
-    ) -> impl Iterator<Item = &'a String> + 'a {
+    pub fn secrets_for<'a>(&'a self, images: &'a [Image]) -> impl Iterator<Item = &'a String> + 'a {
         let matching = self.injection == Injection::MatchingImages;
         self.secret_names
             .iter()

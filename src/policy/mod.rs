@@ -14,16 +14,13 @@ mod tests;
 pub use glob::{InvalidGlob, NamespaceGlob};
 pub use index::ManagerIndex;
 pub use manager::{InvalidManager, Manager, ManagerId, ManagerKind, live_managers};
-pub use registries::{MAX_REGISTRIES, Registries, RegistryList};
+pub use registries::{Image, MAX_REGISTRIES, Registries, RegistryList};
 pub use scope::Scope;
 pub use view::{NamespaceMeta, StaticView, View, WithNamespace};
 
 use std::collections::BTreeMap;
 
-use crate::{
-    api::{Injection, Mode, annotation},
-    registry::ImageRef,
-};
+use crate::api::{Injection, Mode, annotation};
 
 /// The kind of object being admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -148,13 +145,13 @@ pub fn decide<'m>(
     let mut secrets: Vec<String> = Vec::new();
     let mut ids = Vec::new();
     // Parsed once, and only when a manager with `injection: MatchingImages` applies.
-    let mut images: Option<Vec<ImageRef>> = None;
+    let mut images: Option<Vec<Image>> = None;
     let mut unmatched = false;
     for manager in managers {
         if !manager.applies_to(subject, namespace) {
             continue;
         }
-        let images: &[ImageRef] = match manager.injection {
+        let images: &[Image] = match manager.injection {
             Injection::All => &[],
             Injection::MatchingImages => images.get_or_insert_with(|| parse_images(subject)),
         };
@@ -187,10 +184,10 @@ pub fn decide<'m>(
 
 /// The images of `subject` the kubelet could pull; a reference it cannot parse matches no
 /// registry (the kubelet could not pull it either).
-fn parse_images(subject: &Subject<'_>) -> Vec<ImageRef> {
+fn parse_images(subject: &Subject<'_>) -> Vec<Image> {
     subject
         .images
         .iter()
-        .filter_map(|image| ImageRef::parse(image).ok())
+        .filter_map(|i| Image::parse(i))
         .collect()
 }

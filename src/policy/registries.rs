@@ -25,6 +25,33 @@ pub const MAX_REGISTRIES: usize = 32;
 pub struct RegistryList {
     text: Box<[Box<str>]>,
     keys: Box<[RegistryKey]>,
+    /// Per key, its host when [`plain_host`] and the key is not Docker Hub's default
+    /// credential: such a key can match only images on exactly that host, which one string
+    /// comparison tells before the kubelet's rules are applied in full.
+    hosts: Box<[Option<Box<str>>]>,
+}
+
+/// The kubelet's default-registry key, which matches every Docker Hub image whatever its host.
+const DEFAULT_REGISTRY: &str = "index.docker.io";
+
+/// `host` when it is lower-case letters, digits, `.` and `-`, with an optional numeric port:
+/// for such hosts, the kubelet's part-by-part glob match with equal ports is string equality.
+fn plain_host(host: &str) -> Option<&str> {
+    let (name, port) = match host.split_once(':') {
+        Some((name, port)) => (name, Some(port)),
+        None => (host, None),
+    };
+    let plain = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+        && port.is_none_or(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    plain.then_some(host)
+}
+
+/// The host of an image or key name (`host[:port]/path`), when plain.
+fn plain_host_of(name: &str) -> Option<&str> {
+    plain_host(name.split_once('/').map_or(name, |(host, _)| host))
 }
 
 impl RegistryList {
@@ -34,6 +61,7 @@ impl RegistryList {
     pub fn parse<'a>(raw: impl IntoIterator<Item = &'a str>) -> Self {
         let mut text: Vec<Box<str>> = Vec::new();
         let mut keys = Vec::new();
+        let mut hosts = Vec::new();
         for raw in raw {
             let key = RegistryKey::parse(raw);
             let Some(read) = key.as_kubelet_reads() else {
@@ -41,12 +69,18 @@ impl RegistryList {
             };
             if !text.iter().any(|t| **t == *read) {
                 text.push(read.into());
+                hosts.push(
+                    plain_host_of(read)
+                        .filter(|_| read != DEFAULT_REGISTRY)
+                        .map(Box::from),
+                );
                 keys.push(key);
             }
         }
         Self {
             text: text.into(),
             keys: keys.into(),
+            hosts: hosts.into(),
         }
     }
 
@@ -56,10 +90,13 @@ impl RegistryList {
     }
 
     /// True when the kubelet would use one of these keys for one of `images`.
-    pub fn serves_any(&self, images: &[ImageRef]) -> bool {
-        self.keys
-            .iter()
-            .any(|key| images.iter().any(|image| key.matches(image)))
+    pub fn serves_any(&self, images: &[Image]) -> bool {
+        self.keys.iter().zip(&self.hosts).any(|(key, host)| {
+            images.iter().any(|image| {
+                let other_host = matches!((host, image.host()), (Some(k), Some(i)) if **k != *i);
+                !other_host && key.matches(&image.reference)
+            })
+        })
     }
 }
 
@@ -77,6 +114,31 @@ impl Hash for RegistryList {
     }
 }
 
+/// An image of a Pod, parsed once per review.
+#[derive(Clone, Debug)]
+pub struct Image {
+    reference: ImageRef,
+    /// The length of the normalised name's host (and port), when [`plain_host`].
+    host_len: Option<usize>,
+}
+
+impl Image {
+    /// The image as the kubelet reads it; `None` when it cannot be parsed (the kubelet could
+    /// not pull it either, so it matches no registry).
+    pub fn parse(image: &str) -> Option<Self> {
+        let reference = ImageRef::parse(image).ok()?;
+        let host_len = plain_host_of(reference.name()).map(str::len);
+        Some(Self {
+            reference,
+            host_len,
+        })
+    }
+
+    fn host(&self) -> Option<&str> {
+        self.reference.name().get(..self.host_len?)
+    }
+}
+
 /// What admission knows of the registries one Secret holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Registries {
@@ -91,7 +153,7 @@ pub enum Registries {
 
 impl Registries {
     /// True when this Secret should be injected into a Pod pulling `images`.
-    pub fn serve_any(&self, images: &[ImageRef]) -> bool {
+    pub fn serve_any(&self, images: &[Image]) -> bool {
         match self {
             Registries::Unknown => true,
             Registries::Known(list) => list.serves_any(images),

@@ -225,6 +225,82 @@ status:
     Ok(())
 }
 
+proptest::proptest! {
+    /// The host comparison that skips most pairs gives what the kubelet's rules give alone.
+    #[test]
+    fn the_host_prefilter_never_changes_a_match(
+        keys in proptest::collection::vec(key(), 1..4),
+        images in proptest::collection::vec(image(), 1..4),
+    ) {
+        let list = RegistryList::parse(keys.iter().map(String::as_str));
+        let parsed: Vec<Image> = images.iter().filter_map(|i| Image::parse(i)).collect();
+        let references: Vec<crate::registry::ImageRef> = images
+            .iter()
+            .filter_map(|i| crate::registry::ImageRef::parse(i).ok())
+            .collect();
+        let brute = keys.iter().any(|k| {
+            let key = crate::registry::RegistryKey::parse(k);
+            references.iter().any(|r| key.matches(r))
+        });
+        proptest::prop_assert_eq!(list.serves_any(&parsed), brute, "{:?} {:?}", keys, images);
+    }
+}
+
+fn host() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let part = prop_oneof![
+        "[a-c]{1,2}",
+        Just("*".to_owned()),
+        Just("a?".to_owned()),
+        Just("A".to_owned())
+    ];
+    let port = prop_oneof![
+        Just(String::new()),
+        Just(":5000".to_owned()),
+        Just(":443".to_owned()),
+        Just(":".to_owned())
+    ];
+    let name = prop_oneof![
+        proptest::collection::vec(part, 1..4).prop_map(|p| p.join(".")),
+        Just("docker.io".to_owned()),
+        Just("index.docker.io".to_owned()),
+        Just("registry-1.docker.io".to_owned()),
+    ];
+    (name, port).prop_map(|(n, p)| n + &p)
+}
+
+fn key() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let scheme = prop_oneof![Just(""), Just("https://"), Just("http://")];
+    let path = prop_oneof![
+        Just(""),
+        Just("/"),
+        Just("/v1/"),
+        Just("/v1"),
+        Just("/v2/b"),
+        Just("/library"),
+        Just("/b")
+    ];
+    (scheme, host(), path).prop_map(|(s, h, p)| format!("{s}{h}{p}"))
+}
+
+fn image() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let prefix = prop_oneof![Just(String::new()), host().prop_map(|h| format!("{h}/"))];
+    let path = prop_oneof![
+        Just("nginx"),
+        Just("library/nginx"),
+        Just("b/app"),
+        Just("v1/x")
+    ];
+    let suffix = prop_oneof![
+        Just(""),
+        Just(":1.0"),
+        Just("@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
+    ];
+    (prefix, path, suffix).prop_map(|(h, p, s)| format!("{h}{p}{s}"))
+}
+
 #[test]
 fn registry_lists_as_the_kubelet_reads_them_parse_back_to_themselves() {
     for raw in [
