@@ -271,6 +271,43 @@ fn webhook_and_controller_on_a_cluster_without_the_crds_say_how_to_install_them(
 }
 
 #[test]
+fn mutate_warns_once_about_an_inline_registry_key_the_kubelet_would_never_match() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let manager = dir.path().join("manager.yaml");
+    // The first key matches no image; the second is written with its slash, so it is fine.
+    std::fs::write(
+        &manager,
+        "apiVersion: cheiron.anny.co/v1alpha1\nkind: ImagePullSecretManager\n\
+         metadata: {name: odd, namespace: team}\nspec:\n  secrets:\n\
+         \x20 - {name: odd, registry: \"oci://registry.example.com\", username: u, password: hunter2}\n\
+         \x20 - {name: hub, registry: \"https://index.docker.io/v1\", username: u, password: hunter2}\n",
+    )?;
+    let from = manager.to_string_lossy().into_owned();
+    let out = cheiron(
+        &["mutate", "--from", &from, "-o", "patch", "-"],
+        Some("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: default, namespace: team}\n"),
+    )?;
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let warnings: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("UnusableRegistryKey"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(
+        warnings[0].contains(
+            "ImagePullSecretManager team/odd: UnusableRegistryKey: spec.secrets[0] (Secret odd): \
+             registry key \"oci://registry.example.com\" is unusable: "
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+    // The patch is made all the same.
+    assert!(stdout(&out).contains("\"odd\""), "{}", stdout(&out));
+    Ok(())
+}
+
+#[test]
 fn a_yaml_error_in_a_manager_does_not_print_the_password() -> TestResult {
     let dir = tempfile::tempdir()?;
     let manager = dir.path().join("manager.yaml");

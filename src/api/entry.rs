@@ -62,7 +62,9 @@ pub struct PullSecretEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253), regex(pattern = super::rules::OBJECT_NAME_PATTERN))]
     pub name: Option<String>,
-    /// Registry server, e.g. `https://index.docker.io/v1/` or `ghcr.io`.
+    /// Registry server, e.g. `https://index.docker.io/v1/` or `ghcr.io`. Written in the form
+    /// the kubelet matches: Docker Hub under any of its names as `https://index.docker.io/v1/`,
+    /// other registries without a scheme or a `/v1/`, `/v2/` suffix.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
     pub registry: Option<String>,

@@ -68,6 +68,9 @@ impl MutateArgs {
             file,
         } = self;
         let loaded = load_paths(&from)?;
+        for warning in &loaded.unusable_keys {
+            tracing::warn!("{warning}");
+        }
         let view = StaticView::new(loaded.managers, loaded.namespaces);
         let text = read_input(&file)?;
         let label = file.display().to_string();

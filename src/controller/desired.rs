@@ -5,8 +5,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::ByteString;
 
-use super::dockerconfig::{DockerConfig, InvalidSource};
-use crate::api::PullSecretEntry;
+use super::{
+    dockerconfig::{DockerConfig, InvalidSource},
+    registry_keys::{self, UnusableKey},
+};
+use crate::{api::PullSecretEntry, registry::canonical_key};
 
 /// A Secret a manager reads: `(namespace, name)`.
 pub type SourceKey = (String, String);
@@ -126,7 +129,34 @@ pub struct Desired {
     /// Indexes of entries with an inline password.
     pub inline_passwords: Vec<usize>,
     /// With `mergeInto`: registries present in several entries (the earlier entry won).
-    pub shadowed_registries: Vec<String>,
+    pub shadowed_registries: Vec<ShadowedRegistry>,
+    /// Registry keys written (inline) or copied (sources) that the kubelet would never use as
+    /// meant; the Secrets are written all the same.
+    pub unusable_keys: Vec<UnusableKey>,
+}
+
+/// With `mergeInto`: a registry an entry holds that an earlier entry holds too, under the
+/// same key or another the kubelet reads as the same registry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShadowedRegistry {
+    /// The dropped key, as written.
+    pub registry: String,
+    /// Index in `spec.secrets` of the entry it came from.
+    pub entry: usize,
+    /// The key that won, as written.
+    pub kept: String,
+    /// Index in `spec.secrets` of the entry that won.
+    pub kept_entry: usize,
+}
+
+impl ShadowedRegistry {
+    /// `docker.io (spec.secrets[1]) lost to https://index.docker.io/v1/ (spec.secrets[0])`.
+    pub fn message(&self) -> String {
+        format!(
+            "{} (spec.secrets[{}]) lost to {} (spec.secrets[{}])",
+            self.registry, self.entry, self.kept, self.kept_entry
+        )
+    }
 }
 
 fn describe((namespace, name): &SourceKey) -> String {
@@ -215,8 +245,10 @@ fn resolve(
                     });
                 }
             };
+            // Written under the key the kubelet matches: `docker.io` or a slash-less
+            // `https://index.docker.io/v1` becomes `https://index.docker.io/v1/`.
             Ok(DockerConfig::from_credentials(
-                registry,
+                &canonical_key(registry),
                 username,
                 &password,
                 entry.email.as_deref(),
@@ -249,17 +281,33 @@ pub fn desired(
     match merge_into {
         Some(merged_name) => {
             let mut configs = Vec::new();
-            for (_, result) in &resolved {
+            for (index, (_, result)) in resolved.iter().enumerate() {
                 match result {
-                    Ok(config) => configs.push(config),
+                    Ok(config) => {
+                        out.unusable_keys.extend(registry_keys::in_config(
+                            index,
+                            merged_name,
+                            config,
+                        ));
+                        configs.push((index, config));
+                    }
                     Err(problem) => out.problems.push(problem.clone()),
                 }
             }
             // A merged copy missing some registries would silently drop credentials: keep the
             // existing copy until every source resolves.
             let content = out.problems.is_empty().then(|| {
-                let (merged, shadowed) = DockerConfig::merge(configs);
-                out.shadowed_registries = shadowed;
+                let (merged, shadowed) = DockerConfig::merge(configs.iter().map(|(_, c)| *c));
+                let entry = |position: usize| configs.get(position).map_or(0, |(i, _)| *i);
+                out.shadowed_registries = shadowed
+                    .into_iter()
+                    .map(|s| ShadowedRegistry {
+                        entry: entry(s.config),
+                        kept_entry: entry(s.kept_config),
+                        registry: s.registry,
+                        kept: s.kept,
+                    })
+                    .collect();
                 merged.to_bytes()
             });
             out.secrets.push(DesiredSecret {
@@ -269,7 +317,7 @@ pub fn desired(
             });
         }
         None => {
-            for (entry, result) in resolved {
+            for (index, (entry, result)) in resolved.into_iter().enumerate() {
                 let Some(name) = entry.target_name() else {
                     continue;
                 };
@@ -278,7 +326,11 @@ pub fn desired(
                     .as_ref()
                     .and_then(|_| source_key(entry, manager_namespace));
                 let content = match result {
-                    Ok(config) => Some(config.to_bytes()),
+                    Ok(config) => {
+                        out.unusable_keys
+                            .extend(registry_keys::in_config(index, name, &config));
+                        Some(config.to_bytes())
+                    }
                     Err(problem) => {
                         out.problems.push(problem);
                         None
@@ -359,7 +411,11 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["hub", "gitlab"]
         );
-        assert_eq!(registries(&d.secrets[0].content)?, ["docker.io"]);
+        assert_eq!(
+            registries(&d.secrets[0].content)?,
+            ["https://index.docker.io/v1/"],
+            "an inline registry is written in the form the kubelet matches"
+        );
         assert_eq!(registries(&d.secrets[1].content)?, ["registry.gitlab.com"]);
         assert_eq!(d.inline_passwords, [0]);
         assert!(d.problems.is_empty());
@@ -559,12 +615,21 @@ mod tests {
         );
         assert_eq!(d.secrets.len(), 1);
         assert_eq!(d.secrets[0].name, "merged");
-        assert_eq!(registries(&d.secrets[0].content)?, ["docker.io", "quay.io"]);
-        assert_eq!(d.shadowed_registries, ["docker.io"]);
+        assert_eq!(
+            registries(&d.secrets[0].content)?,
+            ["https://index.docker.io/v1/", "quay.io"]
+        );
+        assert_eq!(
+            d.shadowed_registries
+                .iter()
+                .map(ShadowedRegistry::message)
+                .collect::<Vec<_>>(),
+            ["docker.io (spec.secrets[1]) lost to https://index.docker.io/v1/ (spec.secrets[0])"]
+        );
         let value: Value =
             serde_json::from_slice(d.secrets[0].content.as_deref().unwrap_or_default())?;
         assert_eq!(
-            value["auths"]["docker.io"]["username"], "u",
+            value["auths"]["https://index.docker.io/v1/"]["username"], "u",
             "the inline entry came first"
         );
         Ok(())
@@ -580,5 +645,42 @@ mod tests {
         );
         assert_eq!(d.secrets[0].content, None);
         assert_eq!(d.problems.len(), 1);
+    }
+
+    #[test]
+    fn unusable_keys_are_reported_and_their_secrets_still_written() -> TestResult {
+        let sources = HashMap::from([(
+            ("team".into(), "legacy".into()),
+            dockerconfig("https://index.docker.io/v1"),
+        )]);
+        let entries = [
+            inline("hub", "https://index.docker.io/v1"),
+            reference("legacy"),
+            inline("odd", "oci://registry.example.com"),
+        ];
+        let d = desired(&entries, None, Some("team"), &sources);
+        assert!(d.secrets.iter().all(|s| s.content.is_some()));
+        // The source is copied as it is, never rewritten.
+        assert_eq!(
+            registries(&d.secrets[1].content)?,
+            ["https://index.docker.io/v1"]
+        );
+        let reported: Vec<(usize, &str, &str)> = d
+            .unusable_keys
+            .iter()
+            .map(|u| (u.entry, u.secret.as_str(), u.key.as_str()))
+            .collect();
+        assert_eq!(
+            reported,
+            [
+                (1, "legacy", "https://index.docker.io/v1"),
+                (2, "odd", "oci://registry.example.com")
+            ],
+            "the inline Docker Hub entry is written canonically, so it is usable"
+        );
+        let merged = desired(&entries, Some("all"), Some("team"), &sources);
+        assert_eq!(merged.unusable_keys.len(), 2);
+        assert!(merged.unusable_keys.iter().all(|u| u.secret == "all"));
+        Ok(())
     }
 }

@@ -8,6 +8,8 @@ use base64::{Engine, engine::general_purpose::STANDARD};
 use k8s_openapi::ByteString;
 use serde_json::{Map, Value, json};
 
+use crate::registry::RegistryKey;
+
 /// Secret type of the Secrets cheiron writes.
 pub const DOCKER_CONFIG_JSON: &str = "kubernetes.io/dockerconfigjson";
 /// The data key of [`DOCKER_CONFIG_JSON`].
@@ -21,6 +23,20 @@ pub const DOCKER_CFG_KEY: &str = ".dockercfg";
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct InvalidSource(pub String);
+
+/// A registry key a merge dropped: a config earlier in the merge holds the same registry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shadowed {
+    /// The dropped key, as written.
+    pub registry: String,
+    /// Position of its config in the merge.
+    pub config: usize,
+    /// The key that won, as written (it may be spelt differently: `docker.io` loses to
+    /// `https://index.docker.io/v1/`).
+    pub kept: String,
+    /// Position of the winner's config in the merge.
+    pub kept_config: usize,
+}
 
 /// Registry → auth entry, as in `{"auths": {...}}`.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -100,17 +116,32 @@ impl DockerConfig {
         self.auths.keys().map(String::as_str)
     }
 
-    /// Merges `configs` in order; on a registry present twice the earlier entry wins. Returns
-    /// the merged config and the registries that were dropped from later entries.
-    pub fn merge<'a>(configs: impl IntoIterator<Item = &'a DockerConfig>) -> (Self, Vec<String>) {
+    /// Merges `configs` in order; on a registry present in several configs the earlier one
+    /// wins. "The same registry" is what the kubelet reads as one (`docker.io` and
+    /// `https://index.docker.io/v1/` are both Docker Hub), not the same string: two keys the
+    /// kubelet offers for the same images would let the later credential win whenever it
+    /// matches first. Keys within one config are all kept, as written. Returns the merged
+    /// config and what was dropped, naming the key that won.
+    pub fn merge<'a>(configs: impl IntoIterator<Item = &'a DockerConfig>) -> (Self, Vec<Shadowed>) {
         let mut merged = Map::new();
+        let mut kept: Vec<(RegistryKey, usize)> = Vec::new();
         let mut shadowed = Vec::new();
-        for config in configs {
+        for (index, config) in configs.into_iter().enumerate() {
+            let earlier = kept.len();
             for (registry, entry) in &config.auths {
-                if merged.contains_key(registry) {
-                    shadowed.push(registry.clone());
+                let key = RegistryKey::parse(registry);
+                if let Some((winner, winner_config)) =
+                    kept[..earlier].iter().find(|(k, _)| k.same_registry(&key))
+                {
+                    shadowed.push(Shadowed {
+                        registry: registry.clone(),
+                        config: index,
+                        kept: winner.raw().to_owned(),
+                        kept_config: *winner_config,
+                    });
                 } else {
                     merged.insert(registry.clone(), entry.clone());
+                    kept.push((key, index));
                 }
             }
         }
@@ -241,12 +272,58 @@ mod tests {
         let second = DockerConfig::from_credentials("docker.io", "second", "p2", None);
         let third = DockerConfig::from_credentials("ghcr.io", "third", "p3", None);
         let (merged, shadowed) = DockerConfig::merge([&first, &second, &third]);
-        assert_eq!(shadowed, ["docker.io"]);
+        assert_eq!(
+            shadowed,
+            [Shadowed {
+                registry: "docker.io".into(),
+                config: 1,
+                kept: "docker.io".into(),
+                kept_config: 0,
+            }]
+        );
         assert_eq!(
             merged.registries().collect::<Vec<_>>(),
             ["docker.io", "ghcr.io"]
         );
         let value: Value = serde_json::from_slice(&merged.to_bytes()).unwrap_or_default();
         assert_eq!(value["auths"]["docker.io"]["username"], "first");
+    }
+
+    #[test]
+    fn merge_compares_registries_as_the_kubelet_reads_them() {
+        let hub =
+            DockerConfig::from_credentials("https://index.docker.io/v1/", "first", "p1", None);
+        let alias = DockerConfig::from_credentials("docker.io", "second", "p2", None);
+        let ghcr = DockerConfig::from_credentials("https://ghcr.io/v2/", "third", "p3", None);
+        let ghcr_again = DockerConfig::from_credentials("ghcr.io", "fourth", "p4", None);
+        let (merged, shadowed) = DockerConfig::merge([&hub, &alias, &ghcr, &ghcr_again]);
+        assert_eq!(
+            merged.registries().collect::<Vec<_>>(),
+            ["https://ghcr.io/v2/", "https://index.docker.io/v1/"]
+        );
+        let winners: Vec<(&str, usize, &str, usize)> = shadowed
+            .iter()
+            .map(|s| {
+                (
+                    s.registry.as_str(),
+                    s.config,
+                    s.kept.as_str(),
+                    s.kept_config,
+                )
+            })
+            .collect();
+        assert_eq!(
+            winners,
+            [
+                ("docker.io", 1, "https://index.docker.io/v1/", 0),
+                ("ghcr.io", 3, "https://ghcr.io/v2/", 2)
+            ]
+        );
+        // Within one source both spellings stay, byte for byte as the source has them.
+        let mut both = hub.clone();
+        both.auths.extend(alias.auths.clone());
+        let (merged, shadowed) = DockerConfig::merge([&both]);
+        assert_eq!(merged, both);
+        assert!(shadowed.is_empty());
     }
 }

@@ -29,6 +29,7 @@ pub mod pace;
 mod plan;
 mod reconcile;
 mod registries;
+pub mod registry_keys;
 mod secrets;
 mod service_accounts;
 mod serviceaccount;

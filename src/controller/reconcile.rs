@@ -195,6 +195,7 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         issues,
         inline_passwords: desired.inline_passwords,
         shadowed_registries: desired.shadowed_registries,
+        unusable_keys: desired.unusable_keys,
         retry_in: None,
         pull_secrets: pull_secret_registries(&desired.secrets, manager.current_status()),
     };

@@ -3,7 +3,11 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use super::{desired::Problem, error::Issue};
+use super::{
+    desired::{Problem, ShadowedRegistry},
+    error::Issue,
+    registry_keys::UnusableKey,
+};
 use crate::api::{ManagerStatus, NamespaceFailure, PullSecretRegistries};
 
 /// Most per-namespace failures a status lists.
@@ -21,6 +25,9 @@ pub mod reason {
     pub const SOURCE_MISSING: &str = "SourceMissing";
     /// A source Secret is not a usable docker config.
     pub const INVALID_SOURCE: &str = "InvalidSource";
+    /// A registry key the kubelet would never use for the images it plausibly means; the
+    /// Secrets are written all the same (docs/registries.md).
+    pub const UNUSABLE_REGISTRY_KEY: &str = "UnusableRegistryKey";
     /// A Secret name is taken by something cheiron does not manage, or by an older manager.
     pub const CONFLICT: &str = "Conflict";
     /// Writing to some namespaces failed.
@@ -43,7 +50,9 @@ pub struct Findings {
     /// Entries with inline passwords.
     pub inline_passwords: Vec<usize>,
     /// Registries shadowed in a merge.
-    pub shadowed_registries: Vec<String>,
+    pub shadowed_registries: Vec<ShadowedRegistry>,
+    /// Registry keys the kubelet would never use as meant.
+    pub unusable_keys: Vec<UnusableKey>,
     /// When failed writes are retried (backing off), if any failed.
     pub retry_in: Option<std::time::Duration>,
     /// The registries of each Secret, for `status.pullSecrets`.
@@ -92,6 +101,14 @@ fn ready(f: &Findings) -> (&'static str, &'static str, String) {
             format!("{}; {counts}", missing.join("; ")),
         );
     }
+    if !f.unusable_keys.is_empty() {
+        let keys: Vec<String> = f.unusable_keys.iter().map(UnusableKey::message).collect();
+        return (
+            "False",
+            reason::UNUSABLE_REGISTRY_KEY,
+            format!("{}; {counts}", keys.join("; ")),
+        );
+    }
     for (list, why) in [
         (&conflicts, reason::CONFLICT),
         (&failures, reason::SYNC_FAILED),
@@ -116,7 +133,11 @@ fn ready(f: &Findings) -> (&'static str, &'static str, String) {
     if !f.shadowed_registries.is_empty() {
         message.push_str(&format!(
             "; mergeInto: registries present in several entries, the earlier entry wins: {}",
-            f.shadowed_registries.join(", ")
+            f.shadowed_registries
+                .iter()
+                .map(ShadowedRegistry::message)
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     if !f.inline_passwords.is_empty() {
@@ -310,6 +331,74 @@ mod tests {
         assert_eq!(
             s.conditions[0].message,
             "team: writing Secret pull: too many requests (429); 1/2 namespaces synced; retrying in 20s"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn an_unusable_key_makes_the_manager_not_ready_and_says_what_to_write()
+    -> Result<(), serde_json::Error> {
+        use crate::registry::RegistryKey;
+        let problem = RegistryKey::parse("https://index.docker.io/v1").problem();
+        let f = Findings {
+            targets: 2,
+            synced: 2,
+            unusable_keys: problem
+                .into_iter()
+                .map(|problem| UnusableKey {
+                    entry: 0,
+                    secret: "hub".into(),
+                    key: "https://index.docker.io/v1".into(),
+                    problem,
+                })
+                .collect(),
+            inline_passwords: vec![0],
+            ..Findings::default()
+        };
+        let s = status(&f, None, time("2026-01-01T00:00:00Z")?);
+        let ready = &s.conditions[0];
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", reason::UNUSABLE_REGISTRY_KEY)
+        );
+        assert!(
+            ready.message.starts_with(
+                "spec.secrets[0] (Secret hub): registry key \"https://index.docker.io/v1\" is unusable: "
+            ) && ready.message.contains("reads \"index.docker.io/v1\"")
+                && ready.message.ends_with("; 2/2 namespaces synced"),
+            "{}",
+            ready.message
+        );
+        // A source problem is worse: nothing is written for that entry.
+        let missing = Findings {
+            problems: vec![Problem::SourceMissing {
+                entry: 1,
+                source: "a/b".into(),
+            }],
+            ..f
+        };
+        let s = status(&missing, None, time("2026-01-01T00:00:00Z")?);
+        assert_eq!(s.conditions[0].reason, reason::SOURCE_MISSING);
+        Ok(())
+    }
+
+    #[test]
+    fn a_shadowed_registry_names_the_entry_that_won() -> Result<(), serde_json::Error> {
+        let f = Findings {
+            targets: 1,
+            synced: 1,
+            shadowed_registries: vec![ShadowedRegistry {
+                registry: "docker.io".into(),
+                entry: 2,
+                kept: "https://index.docker.io/v1/".into(),
+                kept_entry: 0,
+            }],
+            ..Findings::default()
+        };
+        let s = status(&f, None, time("2026-01-01T00:00:00Z")?);
+        assert_eq!(
+            s.conditions[0].message,
+            "1/1 namespaces synced; mergeInto: registries present in several entries, the earlier entry wins: docker.io (spec.secrets[2]) lost to https://index.docker.io/v1/ (spec.secrets[0])"
         );
         Ok(())
     }

@@ -10,7 +10,7 @@ use std::{
 
 use crate::{
     api::{ManagerStatus, PullSecretEntry},
-    registry::{ImageRef, RegistryKey},
+    registry::{ImageRef, RegistryKey, canonical_key},
 };
 
 /// Most registries admission keeps for one Secret; a Secret reported with more is treated as
@@ -175,11 +175,14 @@ pub(super) fn of_secrets(
             .then(|| listed.registries.iter().map(String::as_str).collect())
     };
     let known = |raw: Vec<&str>| Registries::Known(Arc::new(RegistryList::parse(raw)));
+    // Inline registries as the controller writes them: `https://index.docker.io/v1` is
+    // written as `https://index.docker.io/v1/`.
+    let written: Vec<Option<String>> = entries
+        .iter()
+        .map(|e| e.registry.as_deref().map(canonical_key))
+        .collect();
     if merge_into.is_some() {
-        let inline: Vec<&str> = entries
-            .iter()
-            .filter_map(|e| e.registry.as_deref())
-            .collect();
+        let inline: Vec<&str> = written.iter().filter_map(|r| r.as_deref()).collect();
         let all_inline = entries.iter().all(|e| e.existing_secret_ref.is_none());
         let merged = names.first().map(String::as_str).unwrap_or_default();
         // The spec's registries count even when the status lists the Secret: it may predate
@@ -199,8 +202,8 @@ pub(super) fn of_secrets(
         .map(|name| {
             let entry = entries
                 .iter()
-                .find(|e| e.target_name() == Some(name.as_str()));
-            match entry.and_then(|e| e.registry.as_deref()) {
+                .position(|e| e.target_name() == Some(name.as_str()));
+            match entry.and_then(|i| written.get(i)?.as_deref()) {
                 Some(inline) => known(vec![inline]),
                 None => reported(name).map_or(Registries::Unknown, known),
             }

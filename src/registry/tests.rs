@@ -499,7 +499,8 @@ proptest! {
         let key = RegistryKey::parse(&format!("https://{host}{version}"));
         let reported = matches!(key.problem(), Some(KeyProblem::VersionWithoutSlash { .. }));
         prop_assert!(reported);
-        if let Ok(image) = ImageRef::parse(&format!("{host}/{path}")) {
+        // Only a repository whose path starts with the version would match.
+        if let Ok(image) = ImageRef::parse(&format!("{host}/x{path}")) {
             prop_assert!(!key.matches(&image));
         }
         let canonical = RegistryKey::parse(&canonical_key(key.raw()));

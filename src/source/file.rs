@@ -13,9 +13,10 @@ use super::Source;
 use crate::{admin::Readiness, message::without_values, yaml};
 use crate::{
     api::{
-        ClusterImagePullSecretManager, GROUP, ImagePullSecretManager, VERSION, validate_cluster,
-        validate_namespaced,
+        ClusterImagePullSecretManager, GROUP, ImagePullSecretManager, PullSecretEntry, VERSION,
+        validate_cluster, validate_namespaced,
     },
+    controller::registry_keys,
     policy::{Manager, NamespaceMeta, StaticView, View},
 };
 
@@ -78,6 +79,25 @@ pub struct Loaded {
     pub managers: Vec<Manager>,
     /// The namespaces.
     pub namespaces: Vec<NamespaceMeta>,
+    /// One line per inline registry key the kubelet would never use as meant
+    /// (`UnusableRegistryKey`), naming the manager and the entry.
+    pub unusable_keys: Vec<String>,
+}
+
+impl Loaded {
+    fn note_unusable_keys(
+        &mut self,
+        who: &str,
+        entries: &[PullSecretEntry],
+        merge_into: Option<&str>,
+    ) {
+        let found = registry_keys::inline(entries, merge_into);
+        self.unusable_keys.extend(
+            found
+                .iter()
+                .map(|k| format!("{who}: UnusableRegistryKey: {}", k.message())),
+        );
+    }
 }
 
 /// Reads every manager and Namespace in `paths` (files, or directories searched recursively
@@ -167,6 +187,12 @@ fn load_file(path: &Path, loaded: &mut Loaded) -> Result<(), LoadError> {
                     .map_err(|e| invalid("ImagePullSecretManager", m.name_any(), e.to_string()))?;
                 let compiled = Manager::from_namespaced(&m)
                     .map_err(|e| invalid("ImagePullSecretManager", m.name_any(), e.to_string()))?;
+                let who = format!(
+                    "ImagePullSecretManager {}/{}",
+                    m.namespace().unwrap_or_default(),
+                    m.name_any()
+                );
+                loaded.note_unusable_keys(&who, &m.spec.secrets, m.spec.merge_into.as_deref());
                 loaded.managers.push(compiled);
             }
             (true, "ClusterImagePullSecretManager", _) => {
@@ -177,6 +203,8 @@ fn load_file(path: &Path, loaded: &mut Loaded) -> Result<(), LoadError> {
                 let compiled = Manager::from_cluster(&m).map_err(|e| {
                     invalid("ClusterImagePullSecretManager", m.name_any(), e.to_string())
                 })?;
+                let who = format!("ClusterImagePullSecretManager {}", m.name_any());
+                loaded.note_unusable_keys(&who, &m.spec.secrets, m.spec.merge_into.as_deref());
                 loaded.managers.push(compiled);
             }
             (_, "Namespace", "v1") => {
@@ -220,6 +248,9 @@ impl FileSource {
     /// Loads `paths` (see [`load_paths`]).
     pub fn load(paths: &[PathBuf]) -> Result<Self, LoadError> {
         let loaded = load_paths(paths)?;
+        for warning in &loaded.unusable_keys {
+            tracing::warn!("{warning}");
+        }
         Ok(Self::from(loaded))
     }
 }

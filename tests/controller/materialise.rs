@@ -304,20 +304,25 @@ async fn merge_into_writes_one_secret_where_the_earlier_entry_wins_a_registry_an
         .await?;
 
     let copy = s.until_secret(&target, "merged-pull", |_| Ok(())).await?;
+    // The inline docker.io is written as https://index.docker.io/v1/, and the source's
+    // docker.io is the same registry for the kubelet: the first entry wins.
     holds(
         &copy,
         &json!({
-            "docker.io": registry_entry("first", "first-token", None),
+            "https://index.docker.io/v1/": registry_entry("first", "first-token", None),
             "quay.io": registry_entry("quay-bot", "quay-password", None),
         }),
     )
-    .map_err(|e| format!("merged copy (docker.io must come from the first entry): {e}"))?;
+    .map_err(|e| format!("merged copy (Docker Hub must come from the first entry): {e}"))?;
     assert_owned_by(&s, &copy, &manager).await?;
     let status = s.until_ready_reason(&manager, "Synced").await?;
     let message = describe_ready(&status);
     assert!(
-        message.contains("earlier entry wins") && message.contains("docker.io"),
-        "the status names the shadowed registry: {message}"
+        message.contains("earlier entry wins")
+            && message.contains(
+                "docker.io (spec.secrets[1]) lost to https://index.docker.io/v1/ (spec.secrets[0])"
+            ),
+        "the status names the shadowed registry and the one that won: {message}"
     );
     let names: Vec<String> = s
         .copies_of(&manager)

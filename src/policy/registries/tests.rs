@@ -364,3 +364,24 @@ spec:
     assert_eq!(index.registry_lists(), 0);
     Ok(())
 }
+
+#[test]
+fn an_inline_registry_is_matched_as_the_controller_writes_it() -> TestResult {
+    // Written as https://index.docker.io/v1/ (the slash-less key would match no image).
+    let m = namespaced(
+        r#"
+apiVersion: cheiron.anny.co/v1alpha1
+kind: ImagePullSecretManager
+metadata: {name: original, namespace: team}
+spec:
+  mode: Pod
+  injection: MatchingImages
+  secrets:
+    - {name: hub, registry: "https://index.docker.io/v1", username: u, password: p}
+    - {name: ghcr, registry: "https://ghcr.io/v2", username: u, password: p}
+"#,
+    )?;
+    assert_eq!(names(injected_for(&["nginx"], &[&m])), ["hub"]);
+    assert_eq!(names(injected_for(&["ghcr.io/org/app"], &[&m])), ["ghcr"]);
+    Ok(())
+}
