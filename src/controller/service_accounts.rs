@@ -186,7 +186,68 @@ impl ServiceAccountRecord {
     }
 }
 
-type ByNamespace = HashMap<Arc<str>, Vec<Arc<ServiceAccountRecord>>>;
+/// The ServiceAccounts of one namespace.
+#[derive(Debug, Default)]
+struct InNamespace {
+    /// Sorted by name.
+    records: Vec<Arc<ServiceAccountRecord>>,
+    /// For each pull secret name a record references, how many records reference it: a
+    /// reconcile with nothing to add in a namespace finds that here, without reading each
+    /// record (at 50 000 ServiceAccounts, reading them all was a quarter of a no-op reconcile).
+    referenced: Vec<(Arc<str>, usize)>,
+}
+
+impl InNamespace {
+    fn insert(&mut self, record: Arc<ServiceAccountRecord>) {
+        self.count(&record, true);
+        match self.records.binary_search_by(|r| r.name.cmp(&record.name)) {
+            Ok(i) => {
+                let old = std::mem::replace(&mut self.records[i], record);
+                self.count(&old, false);
+            }
+            Err(i) => self.records.insert(i, record),
+        }
+    }
+
+    fn remove(&mut self, name: &str) {
+        if let Ok(i) = self.records.binary_search_by(|r| (*r.name).cmp(name)) {
+            let old = self.records.remove(i);
+            self.count(&old, false);
+        }
+    }
+
+    /// Counts the names `record` references (each once) in or out of `referenced`.
+    fn count(&mut self, record: &ServiceAccountRecord, add: bool) {
+        let names: Vec<&Arc<str>> = record.pull_secrets.iter().flatten().collect();
+        for (i, name) in names.iter().enumerate() {
+            if names[..i].iter().any(|n| **n == **name) {
+                continue;
+            }
+            match self.referenced.iter().position(|(n, _)| **n == ***name) {
+                Some(at) if add => self.referenced[at].1 += 1,
+                Some(at) => {
+                    self.referenced[at].1 -= 1;
+                    if self.referenced[at].1 == 0 {
+                        self.referenced.swap_remove(at);
+                    }
+                }
+                None if add => self.referenced.push(((*name).clone(), 1)),
+                None => {}
+            }
+        }
+    }
+
+    /// True when every record references `name`.
+    fn all_reference(&self, name: &str) -> bool {
+        self.records.is_empty()
+            || self
+                .referenced
+                .iter()
+                .any(|(n, count)| **n == *name && *count == self.records.len())
+    }
+}
+
+type ByNamespace = HashMap<Arc<str>, InNamespace>;
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -199,11 +260,9 @@ struct Inner {
 }
 
 fn insert(map: &mut ByNamespace, record: Arc<ServiceAccountRecord>) {
-    let list = map.entry(record.namespace.clone()).or_default();
-    match list.binary_search_by(|r| r.name.cmp(&record.name)) {
-        Ok(i) => list[i] = record,
-        Err(i) => list.insert(i, record),
-    }
+    map.entry(record.namespace.clone())
+        .or_default()
+        .insert(record);
 }
 
 /// ServiceAccounts by namespace; cheap to clone (shared).
@@ -246,8 +305,8 @@ impl ServiceAccountCache {
             watcher::Event::Delete(sa) => {
                 let (ns, name) = (sa.namespace().unwrap_or_default(), sa.name_any());
                 if let Some(list) = current.get_mut(ns.as_str()) {
-                    list.retain(|r| *r.name != *name);
-                    if list.is_empty() {
+                    list.remove(&name);
+                    if list.records.is_empty() {
                         current.remove(ns.as_str());
                     }
                 }
@@ -271,10 +330,22 @@ impl ServiceAccountCache {
             .current
             .get(namespace)
             .into_iter()
-            .flatten()
+            .flat_map(|n| &n.records)
             .filter(|sa| keep(sa))
             .cloned()
             .collect()
+    }
+
+    /// True when every ServiceAccount of `namespace` references every one of `names` (also
+    /// when it has none): then there is nothing to add there.
+    pub fn all_reference(&self, namespace: &str, names: &[String]) -> bool {
+        let Ok(inner) = self.inner.read() else {
+            return false;
+        };
+        inner
+            .current
+            .get(namespace)
+            .is_none_or(|n| names.iter().all(|name| n.all_reference(name)))
     }
 
     /// True once the first list has been applied.
@@ -286,7 +357,7 @@ impl ServiceAccountCache {
     pub fn len(&self) -> usize {
         self.inner
             .read()
-            .map(|i| i.current.values().map(Vec::len).sum())
+            .map(|i| i.current.values().map(|n| n.records.len()).sum())
             .unwrap_or(0)
     }
 }
@@ -330,6 +401,65 @@ mod tests {
         cache.apply(&watcher::Event::InitDone);
         assert!(cache.matching("a", |_| true).is_empty());
         assert_eq!(names(cache.matching("b", |_| true)), ["default"]);
+    }
+
+    fn referencing(ns: &str, name: &str, pull: &[&str]) -> ServiceAccount {
+        let mut s = sa(ns, name);
+        s.image_pull_secrets = Some(
+            pull.iter()
+                .map(|n| LocalObjectReference {
+                    name: (*n).to_owned(),
+                })
+                .collect(),
+        );
+        s
+    }
+
+    #[test]
+    fn a_namespace_knows_which_names_all_its_service_accounts_reference() {
+        let cache = ServiceAccountCache::default();
+        let names = |list: &[&str]| list.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+        cache.apply(&watcher::Event::Init);
+        cache.apply(&watcher::Event::InitApply(referencing(
+            "a",
+            "default",
+            &["p", "p"],
+        )));
+        cache.apply(&watcher::Event::InitApply(referencing(
+            "a",
+            "app",
+            &["q", "p"],
+        )));
+        cache.apply(&watcher::Event::InitDone);
+        assert!(cache.all_reference("a", &names(&["p"])));
+        assert!(!cache.all_reference("a", &names(&["p", "q"])));
+        assert!(
+            cache.all_reference("empty", &names(&["p"])),
+            "none to patch"
+        );
+        // A change that drops a name, then one that adds it back.
+        cache.apply(&watcher::Event::Apply(referencing("a", "app", &["q"])));
+        assert!(!cache.all_reference("a", &names(&["p"])));
+        cache.apply(&watcher::Event::Apply(referencing(
+            "a",
+            "default",
+            &["p", "q"],
+        )));
+        assert!(cache.all_reference("a", &names(&["q"])));
+        cache.apply(&watcher::Event::Apply(referencing("a", "app", &["p", "q"])));
+        assert!(cache.all_reference("a", &names(&["p", "q"])));
+        // A new ServiceAccount without them, and its deletion.
+        cache.apply(&watcher::Event::Apply(sa("a", "new")));
+        assert!(!cache.all_reference("a", &names(&["p"])));
+        cache.apply(&watcher::Event::Delete(sa("a", "new")));
+        assert!(cache.all_reference("a", &names(&["p", "q"])));
+        if let Ok(inner) = cache.inner.read()
+            && let Some(a) = inner.current.get("a")
+        {
+            let counts: BTreeMap<&str, usize> =
+                a.referenced.iter().map(|(n, c)| (&**n, *c)).collect();
+            assert_eq!(counts, BTreeMap::from([("p", 2), ("q", 2)]));
+        }
     }
 
     #[test]

@@ -357,9 +357,13 @@ pub(super) async fn backfill(
 ) -> Vec<Issue> {
     // Items carry an index into `targets`, not a reference: a stream of borrowed items trips
     // the compiler's higher-ranked lifetime inference inside the controller's Send future.
+    let names = manager.secret_names();
     let work: Vec<(usize, std::sync::Arc<ServiceAccountRecord>)> = targets
         .iter()
         .enumerate()
+        // Where every ServiceAccount already references every name, none lacks anything
+        // (what `serviceaccount::backfill` checks first), and no record is read.
+        .filter(|(_, namespace)| !ctx.service_accounts.all_reference(&namespace.name, names))
         .flat_map(|(i, namespace)| {
             ctx.service_accounts_in(&namespace.name, |sa| {
                 serviceaccount::backfill(sa, namespace, manager).is_some()
