@@ -95,6 +95,34 @@ pub trait SecretMetadata {
             && self.label(label::MANAGER_NAME) == Some(manager.name.as_str())
             && self.label(label::MANAGER_NAMESPACE) == manager.namespace.as_deref()
     }
+
+    /// True when one of its owner references names a cheiron manager.
+    fn has_cheiron_owner(&self) -> bool {
+        self.cheiron_owners().next().is_some()
+    }
+
+    /// True when one of its owner references to a cheiron manager has uid `uid`.
+    fn owned_by(&self, uid: &str) -> bool {
+        self.cheiron_owners().any(|owner| owner == uid)
+    }
+
+    /// True when its only owner reference to a cheiron manager has uid `uid`.
+    fn owned_only_by(&self, uid: &str) -> bool {
+        let mut owners = self.cheiron_owners();
+        owners.next() == Some(uid) && owners.next().is_none()
+    }
+
+    /// True when its content-hash annotation is `hash`.
+    fn content_hash_is(&self, hash: &str) -> bool {
+        self.annotation(annotation::CONTENT_HASH) == Some(hash)
+    }
+
+    /// True when someone other than cheiron has written its data (after
+    /// [`keep_data_owners`]). Without `managedFields` nothing can be told: false.
+    fn data_written_by_others(&self) -> bool {
+        self.data_owners()
+            .any(|manager| manager != Some(FIELD_MANAGER))
+    }
 }
 
 impl SecretMetadata for ObjectMeta {
@@ -198,13 +226,6 @@ pub fn keep_data_owners(meta: &mut ObjectMeta) {
     meta.managed_fields = Some(owners);
 }
 
-/// True when someone other than cheiron has written the data of the Secret whose metadata
-/// this is (after [`keep_data_owners`]). Without `managedFields` nothing can be told: false.
-fn data_written_by_others(meta: &impl SecretMetadata) -> bool {
-    meta.data_owners()
-        .any(|manager| manager != Some(FIELD_MANAGER))
-}
-
 /// The manager a cheiron Secret's labels name, if they name one.
 pub fn labelled_owner(meta: &impl SecretMetadata) -> Option<ManagerId> {
     if meta.label(label::MANAGED_BY) != Some(label::MANAGED_BY_VALUE) {
@@ -233,13 +254,13 @@ pub fn labelled_owner(meta: &impl SecretMetadata) -> Option<ManagerId> {
 /// Secrets, a user's look-alike) is as foreign to the controller as any Secret: never updated,
 /// never deleted.
 pub fn is_managed(meta: &impl SecretMetadata) -> bool {
-    meta.names_a_manager() && meta.cheiron_owners().next().is_some()
+    meta.names_a_manager() && meta.has_cheiron_owner()
 }
 
 /// True when the Secret belongs to `manager`, the manager object with uid `uid`: labelled for
 /// it and owned by that very object. Only such a Secret is ever deleted for `manager`.
 pub fn belongs_to(meta: &impl SecretMetadata, manager: &ManagerId, uid: &str) -> bool {
-    meta.labelled_for(manager) && meta.cheiron_owners().any(|owner| owner == uid)
+    meta.labelled_for(manager) && meta.owned_by(uid)
 }
 
 /// A Secret of this manager that must go.
@@ -346,12 +367,10 @@ fn up_to_date(
     manager: &ManagerId,
     owner: &OwnerReference,
 ) -> bool {
-    let data_ok = current.annotation(annotation::CONTENT_HASH) == Some(hash)
-        && !data_written_by_others(current);
-    let labels_ok = current.labelled_for(manager);
-    let mut owners = current.cheiron_owners();
-    let only_owner = owners.next() == Some(owner.uid.as_str()) && owners.next().is_none();
-    data_ok && labels_ok && only_owner
+    current.content_hash_is(hash)
+        && !current.data_written_by_others()
+        && current.labelled_for(manager)
+        && current.owned_only_by(&owner.uid)
 }
 
 /// The Secret whose metadata is `current` changed into what `manager` wants, keeping the
@@ -471,12 +490,34 @@ pub fn plan<N: Borrow<NamespaceMeta>, S: SecretMetadata>(
         targets.sort();
     }
     let target_set: HashSet<&str, ShortKeys> = targets.iter().map(String::as_str).collect();
-    let by_key: HashMap<(&str, &str), &S, ShortKeys> = existing
-        .iter()
-        .map(|s| &**s)
-        .filter(|s| is_managed(*s))
-        .filter_map(|s| Some(((s.object_namespace()?, s.object_name()?), s)))
-        .collect();
+    let wanted_names: HashSet<&str> = desired.iter().map(|d| d.name.as_str()).collect();
+    let mut out = Plan::default();
+    // One pass over the Secrets (at 10 000 namespaces, each pass was mostly waiting on
+    // memory): index the managed ones, and find this manager's that must go.
+    let mut by_key: HashMap<(&str, &str), &S, ShortKeys> =
+        HashMap::with_capacity_and_hasher(existing.len(), ShortKeys);
+    for s in existing.iter().map(|s| &**s) {
+        let (Some(ns), Some(name)) = (s.object_namespace(), s.object_name()) else {
+            continue;
+        };
+        if !is_managed(s) {
+            continue;
+        }
+        by_key.insert((ns, name), s);
+        if !belongs_to(s, me, &owner.uid) {
+            continue;
+        }
+        let namespace_left = !target_set.contains(ns);
+        if namespace_left || !wanted_names.contains(name) {
+            out.deletes.push(Stale {
+                namespace: ns.to_owned(),
+                name: name.to_owned(),
+                uid: s.object_uid().map(str::to_owned),
+                resource_version: s.object_resource_version().map(str::to_owned),
+                namespace_left,
+            });
+        }
+    }
     // Worked out once, not once per namespace: who claims each name, the content's hash.
     let claiming: Vec<Vec<&Manager>> = desired
         .iter()
@@ -491,7 +532,6 @@ pub fn plan<N: Borrow<NamespaceMeta>, S: SecretMetadata>(
         .iter()
         .map(|d| d.content.as_deref().map(content_hash))
         .collect();
-    let mut out = Plan::default();
     for namespace in in_scope {
         let ns = namespace.name.as_str();
         for (i, wanted) in desired.iter().enumerate() {
@@ -535,25 +575,6 @@ pub fn plan<N: Borrow<NamespaceMeta>, S: SecretMetadata>(
                 }
                 Some(current) => out.updates.push(updated(current, content, me, owner)),
             }
-        }
-    }
-    let wanted_names: HashSet<&str> = desired.iter().map(|d| d.name.as_str()).collect();
-    for s in existing.iter().map(|s| &**s) {
-        if !belongs_to(s, me, &owner.uid) {
-            continue;
-        }
-        let (Some(ns), Some(name)) = (s.object_namespace(), s.object_name()) else {
-            continue;
-        };
-        let namespace_left = !target_set.contains(ns);
-        if namespace_left || !wanted_names.contains(name) {
-            out.deletes.push(Stale {
-                namespace: ns.to_owned(),
-                name: name.to_owned(),
-                uid: s.object_uid().map(str::to_owned),
-                resource_version: s.object_resource_version().map(str::to_owned),
-                namespace_left,
-            });
         }
     }
     out.targets = targets;
