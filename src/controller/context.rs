@@ -22,6 +22,7 @@ use super::{
     events::EventPublisher,
     kinds::ManagerRef,
     namespaces::{LiveNamespaces, NamespaceCache},
+    scopes::Scopes,
     secrets::SecretCache,
     service_accounts::{ServiceAccountCache, ServiceAccountRecord},
     source_watches::SourceWatches,
@@ -46,6 +47,7 @@ pub struct Context {
     pub(super) sources: SourceWatches,
     pub(super) triggers: Triggers,
     pub(super) resync: Duration,
+    pub(super) scopes: Scopes,
     failures: Mutex<HashMap<String, u32>>,
     clashes: Mutex<HashSet<(String, String)>>,
 }
@@ -89,6 +91,7 @@ impl Context {
             metrics,
             triggers,
             resync,
+            scopes: Scopes::default(),
             failures: Mutex::default(),
             clashes: Mutex::default(),
         }

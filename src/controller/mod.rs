@@ -30,6 +30,7 @@ mod plan;
 mod reconcile;
 mod registries;
 pub mod registry_keys;
+mod scopes;
 mod secrets;
 mod service_accounts;
 mod serviceaccount;

@@ -14,8 +14,27 @@ use kube::{ResourceExt, core::PartialObjectMeta, runtime::watcher};
 
 use crate::{api::GROUP, policy::NamespaceMeta};
 
-/// The live namespaces, sorted by name.
-pub type LiveNamespaces = Arc<[Arc<NamespaceMeta>]>;
+/// The live namespaces, sorted by name, and which build of that list this is (a new build
+/// after every change): what was worked out from one build holds as long as it is current.
+#[derive(Clone, Debug)]
+pub struct LiveNamespaces {
+    build: u64,
+    list: Arc<[Arc<NamespaceMeta>]>,
+}
+
+impl LiveNamespaces {
+    /// Which build of the list this is.
+    pub fn build(&self) -> u64 {
+        self.build
+    }
+}
+
+impl std::ops::Deref for LiveNamespaces {
+    type Target = [Arc<NamespaceMeta>];
+    fn deref(&self) -> &Self::Target {
+        &self.list
+    }
+}
 
 #[derive(Debug)]
 struct Entry {
@@ -30,6 +49,8 @@ struct Inner {
     relisting: Option<HashMap<String, Entry>>,
     /// The live list as last built; `None` after a change.
     live: Option<LiveNamespaces>,
+    /// Lists built so far.
+    builds: u64,
     ready: bool,
 }
 
@@ -103,8 +124,15 @@ impl NamespaceCache {
             return live.clone();
         }
         let Ok(mut inner) = self.inner.write() else {
-            return Arc::from(Vec::new());
+            return LiveNamespaces {
+                build: u64::MAX,
+                list: Arc::from(Vec::new()),
+            };
         };
+        if let Some(live) = &inner.live {
+            // Built by another reader meanwhile.
+            return live.clone();
+        }
         let mut all: Vec<Arc<NamespaceMeta>> = inner
             .current
             .values()
@@ -112,7 +140,11 @@ impl NamespaceCache {
             .map(|e| e.meta.clone())
             .collect();
         all.sort_by(|a, b| a.name.cmp(&b.name));
-        let live: LiveNamespaces = all.into();
+        inner.builds += 1;
+        let live = LiveNamespaces {
+            build: inner.builds,
+            list: all.into(),
+        };
         inner.live = Some(live.clone());
         live
     }
@@ -174,8 +206,9 @@ mod tests {
         cache.apply(&watcher::Event::InitDone);
         let first = cache.live();
         assert_eq!(names(&first), ["a", "b"]);
-        assert!(
-            Arc::ptr_eq(&first, &cache.live()),
+        assert_eq!(
+            first.build(),
+            cache.live().build(),
             "built once until a change"
         );
         assert!(cache.get("gone").is_some(), "known while being deleted");
@@ -189,6 +222,7 @@ mod tests {
         cache.apply(&watcher::Event::Apply(ns("c", &[], false)));
         cache.apply(&watcher::Event::Delete(ns("a", &[], false)));
         assert_eq!(names(&cache.live()), ["b", "c"]);
+        assert!(cache.live().build() > first.build());
         // A relist replaces the whole set at its end.
         cache.apply(&watcher::Event::Init);
         cache.apply(&watcher::Event::InitApply(ns("d", &[], false)));

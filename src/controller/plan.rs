@@ -9,7 +9,6 @@
 //! has written its data since (the apiserver's `managedFields` say who owns `data`).
 
 use std::{
-    borrow::Borrow,
     collections::{BTreeMap, HashMap, HashSet},
     sync::Arc,
 };
@@ -308,6 +307,11 @@ pub struct Plan {
     pub unchanged: usize,
 }
 
+/// True when `manager` acts on `namespace`: in scope, not opted out.
+pub fn acts_on(manager: &Manager, namespace: &NamespaceMeta) -> bool {
+    manager.scope.contains(namespace) && !namespace_opted_out(namespace)
+}
+
 /// The namespaces `manager` acts on: in scope, not opted out.
 pub fn targets<'a>(
     manager: &Manager,
@@ -315,7 +319,7 @@ pub fn targets<'a>(
 ) -> Vec<String> {
     let mut t: Vec<String> = namespaces
         .into_iter()
-        .filter(|ns| manager.scope.contains(ns) && !namespace_opted_out(ns))
+        .filter(|ns| acts_on(manager, ns))
         .map(|ns| ns.name.clone())
         .collect();
     t.sort();
@@ -465,12 +469,14 @@ impl std::hash::Hasher for Fnv {
     }
 }
 
-/// Plans one reconcile of `manager`.
+/// Plans one reconcile of `manager`, working out its targets: [`plan_targets`] with what the
+/// controller remembers instead (`super::scopes`).
 ///
 /// - `namespaces`: every live (not terminating) namespace;
 /// - `claimants`: every live manager, this one included, oldest first;
 /// - `existing`: the metadata of every Secret carrying cheiron's labels.
-pub fn plan<N: Borrow<NamespaceMeta>, S: SecretMetadata>(
+#[cfg(test)]
+pub fn plan<N: std::borrow::Borrow<NamespaceMeta>, S: SecretMetadata>(
     manager: &Manager,
     owner: &OwnerReference,
     desired: &[DesiredSecret],
@@ -478,13 +484,29 @@ pub fn plan<N: Borrow<NamespaceMeta>, S: SecretMetadata>(
     claimants: &[Manager],
     existing: &[Arc<S>],
 ) -> Plan {
-    let me = &manager.id;
-    let namespaces = || namespaces.iter().map(Borrow::borrow);
-    // The namespaces in scope, in one pass (the targets' names are sorted, as the
-    // namespaces are, so the Plan's list is too).
-    let in_scope: Vec<&NamespaceMeta> = namespaces()
-        .filter(|ns| manager.scope.contains(ns) && !namespace_opted_out(ns))
+    let in_scope: Vec<&NamespaceMeta> = namespaces
+        .iter()
+        .map(std::borrow::Borrow::borrow)
+        .filter(|ns| acts_on(manager, ns))
         .collect();
+    plan_targets(manager, owner, desired, &in_scope, claimants, existing)
+}
+
+/// Plans one reconcile of `manager`, given the namespaces it acts on (those [`acts_on`] holds
+/// for, in order), as the controller remembers them between reconciles.
+///
+/// - `claimants`: every live manager, this one included, oldest first;
+/// - `existing`: the metadata of every Secret carrying cheiron's labels.
+pub fn plan_targets<S: SecretMetadata>(
+    manager: &Manager,
+    owner: &OwnerReference,
+    desired: &[DesiredSecret],
+    in_scope: &[&NamespaceMeta],
+    claimants: &[Manager],
+    existing: &[Arc<S>],
+) -> Plan {
+    let me = &manager.id;
+    // The targets' names are sorted when the namespaces are, so the Plan's list is too.
     let mut targets: Vec<String> = in_scope.iter().map(|ns| ns.name.clone()).collect();
     if !targets.is_sorted() {
         targets.sort();
@@ -532,7 +554,7 @@ pub fn plan<N: Borrow<NamespaceMeta>, S: SecretMetadata>(
         .iter()
         .map(|d| d.content.as_deref().map(content_hash))
         .collect();
-    for namespace in in_scope {
+    for namespace in in_scope.iter().copied() {
         let ns = namespace.name.as_str();
         for (i, wanted) in desired.iter().enumerate() {
             // A name only this manager claims is its own in every target namespace.

@@ -36,7 +36,7 @@ use super::{
 };
 use crate::{
     api::{FINALIZER, annotation},
-    policy::{Manager, ManagerId, NamespaceMeta},
+    policy::{Manager, ManagerId},
 };
 
 /// Requeue while a name is held by a Secret cheiron does not manage: its deletion is not
@@ -124,12 +124,16 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
     );
 
     let namespaces = ctx.live_namespaces();
+    let uid = manager.uid().unwrap_or_default();
+    let targets = ctx
+        .scopes
+        .targets(&compiled, &uid, manager.meta().generation, &namespaces);
     let claimants = ctx.live_managers();
-    let mut plan = plan::plan(
+    let mut plan = plan::plan_targets(
         &compiled,
         &manager.owner_reference(),
         &desired.secrets,
-        &namespaces,
+        &targets,
         &claimants,
         &ctx.secrets.relevant(&id, compiled.secret_names()),
     );
@@ -150,16 +154,6 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         ));
     }
 
-    // Both sorted by name: one walk, not a search per namespace.
-    let mut wanted = plan.targets.iter().peekable();
-    let targets: Vec<Arc<NamespaceMeta>> = namespaces
-        .iter()
-        .filter(|n| {
-            while wanted.next_if(|t| **t < n.name).is_some() {}
-            wanted.next_if(|t| **t == n.name).is_some()
-        })
-        .cloned()
-        .collect();
     if compiled.mode == crate::api::Mode::ServiceAccount {
         issues.extend(backfill(ctx, &compiled, &targets, &report).await);
     }
@@ -391,6 +385,7 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
         }
     }
     ctx.sources.set(&id, []);
+    ctx.scopes.forget(&id);
     tracing::info!(manager = %id, secrets = stale.len(), "cleaned up after a deleted manager");
     // Younger managers may now win the names this one held.
     let held = names

@@ -352,7 +352,7 @@ async fn patch_and_report(
 pub(super) async fn backfill(
     ctx: &Context,
     manager: &Manager,
-    targets: &[std::sync::Arc<NamespaceMeta>],
+    targets: &[&NamespaceMeta],
     report: &ServiceAccountReport,
 ) -> Vec<Issue> {
     // Items carry an index into `targets`, not a reference: a stream of borrowed items trips
@@ -448,7 +448,7 @@ async fn remove_entries(
 pub(super) async fn prune(
     ctx: &Context,
     manager: &Manager,
-    targets: &[std::sync::Arc<NamespaceMeta>],
+    targets: &[&NamespaceMeta],
     claimants: &[Manager],
     report: &ServiceAccountReport,
 ) -> Vec<Issue> {
