@@ -1,11 +1,16 @@
 //! Webhook benchmark (docs/design.md §8): a ~15 KB Pod review from a ReplicaSet, 100 managers and 1 000
 //! namespaces loaded, keep-alive TLS. Measures in one run:
 //! - the pure admission path (`admission::review`) per request, p50/p99;
+//! - the pure decision alone (`policy::decide` over the managers the index returns for the
+//!   namespace, the object already read), p50/p99;
 //! - the server's own handler time, from its latency histogram;
 //! - throughput and client latency of `cheiron` against a do-nothing axum + rustls echo server
 //!   served the same way (same TLS config, same HTTP stack), at the same concurrency.
 //!
 //! Run: `cargo bench --bench webhook` (optionally `-- --requests 20000 --concurrency 8`).
+//! `-- --injection MatchingImages` (or `All`) puts all 100 managers in mode Pod with that
+//! `spec.injection`, each copied Secret's registries reported in its status as the controller
+//! writes them, so every manager matches the Pod's three images against its registries.
 
 use std::{
     error::Error,
@@ -20,7 +25,7 @@ use cheiron::{
     admission,
     api::{ClusterImagePullSecretManager, ImagePullSecretManager},
     metrics::Metrics,
-    policy::{Manager, NamespaceMeta, StaticView, View},
+    policy::{Manager, NamespaceMeta, StaticView, SubjectKind, View, decide},
     source::Source,
     tls::{CertResolver, server_config},
     webhook::{Listeners, Timing, serve},
@@ -52,25 +57,61 @@ impl Source for BenchSource {
 
 /// 100 managers: 60 cluster managers (half Pod mode with selectors, half ServiceAccount mode,
 /// with globs and namespace selectors) and 40 namespaced ones, over 1 000 namespaces.
-fn view() -> Result<StaticView> {
+///
+/// With `injection`, every manager is in mode Pod with that `spec.injection`, and reports the
+/// registries of its copied Secret in `status.pullSecrets`: three per Secret, a few of them
+/// serving the review's images (`registry.example.com/orders/…`, `docker.io/envoyproxy/…`).
+fn view(injection: Option<&str>) -> Result<StaticView> {
     let mut managers = Vec::new();
     for i in 0..60 {
-        let mode = if i % 2 == 0 { "Pod" } else { "ServiceAccount" };
+        let mode = match injection {
+            Some(_) => "Pod",
+            None if i % 2 == 0 => "Pod",
+            None => "ServiceAccount",
+        };
         let selector = if mode == "Pod" {
             format!("  podSelector: {{matchLabels: {{app: web{}}}}}\n", i % 3)
         } else {
             String::new()
         };
+        let shared = if i % 10 == 0 {
+            "registry.example.com/orders"
+        } else {
+            "quay.io/mirror"
+        };
+        let (injection_line, status) = matching(
+            injection,
+            &format!("pull-{i}"),
+            &[
+                shared,
+                &format!("*.mirror-{i}.example.net"),
+                &format!("ghcr.io/team-{i}"),
+            ],
+        );
         let yaml = format!(
-            "apiVersion: cheiron.anny.co/v1alpha1\nkind: ClusterImagePullSecretManager\nmetadata: {{name: c{i}, creationTimestamp: \"2026-01-01T00:00:{:02}Z\"}}\nspec:\n  mode: {mode}\n  namespaces: [\"team-*\", \"ns-{i}?\"]\n  excludeNamespaces: [\"team-scratch\"]\n  namespaceSelector: {{matchExpressions: [{{key: tier, operator: In, values: [apps, web]}}]}}\n{selector}  secrets:\n    - existingSecretRef: {{name: pull-{i}, namespace: cheiron}}\n    - {{name: inline-{i}, registry: r{i}.example.com, username: u, password: p}}\n",
+            "apiVersion: cheiron.anny.co/v1alpha1\nkind: ClusterImagePullSecretManager\nmetadata: {{name: c{i}, creationTimestamp: \"2026-01-01T00:00:{:02}Z\"}}\nspec:\n  mode: {mode}\n{injection_line}  namespaces: [\"team-*\", \"ns-{i}?\"]\n  excludeNamespaces: [\"team-scratch\"]\n  namespaceSelector: {{matchExpressions: [{{key: tier, operator: In, values: [apps, web]}}]}}\n{selector}  secrets:\n    - existingSecretRef: {{name: pull-{i}, namespace: cheiron}}\n    - {{name: inline-{i}, registry: r{i}.example.com, username: u, password: p}}\n{status}",
             i % 60
         );
         let m: ClusterImagePullSecretManager = serde_saphyr::from_str(&yaml)?;
         managers.push(Manager::from_cluster(&m)?);
     }
     for i in 0..40 {
+        let hub = if i % 4 == 0 {
+            "docker.io/envoyproxy"
+        } else {
+            "docker.io/team"
+        };
+        let (injection_line, status) = matching(
+            injection,
+            &format!("own-{i}"),
+            &[
+                hub,
+                &format!("ghcr.io/team-{i}"),
+                &format!("r{i}.example.com:5000"),
+            ],
+        );
         let yaml = format!(
-            "apiVersion: cheiron.anny.co/v1alpha1\nkind: ImagePullSecretManager\nmetadata: {{name: n{i}, namespace: team-{i}}}\nspec:\n  mode: Pod\n  secrets:\n    - existingSecretRef: {{name: own-{i}}}\n"
+            "apiVersion: cheiron.anny.co/v1alpha1\nkind: ImagePullSecretManager\nmetadata: {{name: n{i}, namespace: team-{i}}}\nspec:\n  mode: Pod\n{injection_line}  secrets:\n    - existingSecretRef: {{name: own-{i}}}\n{status}"
         );
         let m: ImagePullSecretManager = serde_saphyr::from_str(&yaml)?;
         managers.push(Manager::from_namespaced(&m)?);
@@ -81,6 +122,21 @@ fn view() -> Result<StaticView> {
         annotations: Default::default(),
     });
     Ok(StaticView::new(managers, namespaces))
+}
+
+/// The `injection:` line of a manager's spec and the status reporting `registries` for its
+/// copied Secret `secret`; both empty without `injection`.
+fn matching(injection: Option<&str>, secret: &str, registries: &[&str]) -> (String, String) {
+    match injection {
+        None => (String::new(), String::new()),
+        Some(injection) => (
+            format!("  injection: {injection}\n"),
+            format!(
+                "status:\n  pullSecrets: [{{name: {secret}, registries: [\"{}\"]}}]\n",
+                registries.join("\", \"")
+            ),
+        ),
+    }
 }
 
 /// The ReplicaSet Pod review fixture, in namespace team-3, labelled to match Pod managers.
@@ -234,6 +290,14 @@ fn server_fraction_within(metrics: &Metrics, bound: &str) -> Result<(f64, u64)> 
     Ok((if count > 0.0 { within / count } else { 0.0 }, count as u64))
 }
 
+fn text_arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
 fn arg(name: &str, default: usize) -> usize {
     let args: Vec<String> = std::env::args().collect();
     args.iter()
@@ -246,11 +310,17 @@ fn arg(name: &str, default: usize) -> usize {
 fn main() -> Result {
     let requests = arg("--requests", 20_000);
     let concurrency = arg("--concurrency", 8);
+    let injection = text_arg("--injection");
+    if let Some(i) = injection.as_deref()
+        && !matches!(i, "All" | "MatchingImages")
+    {
+        return Err(format!("--injection takes All or MatchingImages, not {i:?}").into());
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let view = view()?;
+        let view = view(injection.as_deref())?;
         let body = Arc::new(review_body()?);
 
         // 1. The pure path.
@@ -258,6 +328,13 @@ fn main() -> Result {
         if check.outcome != admission::Outcome::Patched {
             return Err(format!("the bench review is not patched: {:?}", check.outcome).into());
         }
+        let added = check
+            .review
+            .response
+            .as_ref()
+            .and_then(|r| r.patch.as_ref())
+            .map(|patch| String::from_utf8_lossy(patch).matches("\"name\"").count())
+            .unwrap_or(0);
         let mut pure = Vec::with_capacity(requests);
         for _ in 0..requests {
             let t = Instant::now();
@@ -266,6 +343,20 @@ fn main() -> Result {
             pure.push(t.elapsed());
         }
         pure.sort();
+
+        // The decision alone: the object read once, then the managers looked up and decided.
+        let review: serde_json::Value = serde_json::from_slice(&body)?;
+        let pod = admission::interpret(&review["request"]["object"], SubjectKind::Pod)?;
+        let namespace = view.namespace("team-3").ok_or("no namespace team-3")?;
+        let mut decisions = Vec::with_capacity(requests);
+        for _ in 0..requests {
+            let t = Instant::now();
+            let managers = view.managers_in(&namespace);
+            let decision = decide(&pod.subject(), &namespace, managers.iter().map(|m| &**m));
+            std::hint::black_box(decision);
+            decisions.push(t.elapsed());
+        }
+        decisions.sort();
 
         // 2. Over TLS, both servers in the same run, alternating rounds.
         let stop = CancellationToken::new();
@@ -293,9 +384,14 @@ fn main() -> Result {
         let (cheiron_best, echo_best) = (best(&cheiron_runs), best(&echo_runs));
         let (cheiron_median, echo_median) = (median(&mut cheiron_runs), median(&mut echo_runs));
         println!("webhook benchmark: {} bytes per review, 100 managers, 1000 namespaces", body.len());
+        match injection.as_deref() {
+            Some(injection) => println!("every manager in mode Pod with injection {injection}; {added} pull secrets added per review"),
+            None => println!("managers as in BENCHMARKS.md (60 in mode Pod); {added} pull secrets added per review"),
+        }
         println!("requests per round: {requests}, concurrency: {concurrency}, rounds: 3");
         println!();
         println!("pure admission::review          p50 {:>8.1?}  p99 {:>8.1?}", percentile(&pure, 0.5), percentile(&pure, 0.99));
+        println!("pure decision (policy::decide)  p50 {:>8.1?}  p99 {:>8.1?}", percentile(&decisions, 0.5), percentile(&decisions, 0.99));
         println!(
             "server handler time             {:.2}% <= 1 ms, {:.2}% <= 500 us  ({observed} observations)",
             within_1ms * 100.0,
