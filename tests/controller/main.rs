@@ -21,6 +21,7 @@ mod conflicts;
 mod deletion;
 mod leader_election;
 mod materialise;
+mod pull_secret_registries;
 mod registry_keys;
 mod run;
 mod scope;
