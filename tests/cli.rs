@@ -191,10 +191,10 @@ fn controller_without_a_kubeconfig_fails_in_one_line_saying_so_once() -> TestRes
     )?;
     assert_eq!(
         stderr(&out),
-        "cheiron: cannot reach the cluster (set KUBECONFIG or run in a Pod): Failed to infer \
-         configuration: failed to infer config: in-cluster: (failed to read an incluster \
-         environment variable: environment variable not found), kubeconfig: (failed to read \
-         kubeconfig from '\"/nonexistent/kubeconfig\"': No such file or directory (os error 2))\n"
+        "cheiron: cannot reach the cluster (set KUBECONFIG or run in a Pod): failed to infer \
+         config: in-cluster: (failed to read an incluster environment variable: environment \
+         variable not found), kubeconfig: (failed to read kubeconfig from \
+         '\"/nonexistent/kubeconfig\"': No such file or directory (os error 2))\n"
     );
     assert_one_line_error(&out, "cannot reach the cluster");
     Ok(())
