@@ -28,7 +28,8 @@ const DOCKER_CONFIG_JSON: &str = "kubernetes.io/dockerconfigjson";
 const DOCKER_CFG: &str = "kubernetes.io/dockercfg";
 
 /// The managers of the `review` view: one of each kind and mode, with selectors, globs,
-/// exclusions and a merge target, so most inputs reach the policy and the patch builder.
+/// exclusions, a merge target and `injection: MatchingImages`, so most inputs reach the
+/// policy, the image matching and the patch builder.
 const VIEW_MANAGERS: &[&str] = &[
     r#"{"apiVersion": "cheiron.anny.co/v1alpha1", "kind": "ImagePullSecretManager",
         "metadata": {"name": "pods", "namespace": "team-a"},
@@ -49,6 +50,14 @@ const VIEW_MANAGERS: &[&str] = &[
                  "podSelector": {"matchLabels": {"pull": "private"}},
                  "mergeInto": "cluster-pull-secret",
                  "secrets": [{"existingSecretRef": {"name": "mirror-pull", "namespace": "cheiron"}}]}}"#,
+    r#"{"apiVersion": "cheiron.anny.co/v1alpha1", "kind": "ClusterImagePullSecretManager",
+        "metadata": {"name": "matching-images"},
+        "spec": {"mode": "Pod", "injection": "MatchingImages", "namespaces": ["team-*"],
+                 "secrets": [{"name": "hub-only", "registry": "docker.io", "username": "u", "password": "p"},
+                             {"name": "wild", "registry": "*.example.com:5000", "username": "u", "password": "p"},
+                             {"existingSecretRef": {"name": "reported", "namespace": "cheiron"}},
+                             {"existingSecretRef": {"name": "unreported", "namespace": "cheiron"}}]},
+        "status": {"pullSecrets": [{"name": "reported", "registries": ["ghcr.io/org"]}]}}"#,
 ];
 
 /// The fixed view the `review` check answers from, built once.
