@@ -4,11 +4,14 @@
 //! 15 KB Pod) is skipped while parsing, which makes reading a review several times faster
 //! than building a JSON tree of it.
 
-use std::{borrow::Cow, collections::BTreeMap};
+use std::{borrow::Cow, collections::BTreeMap, fmt, marker::PhantomData};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{DynamicResourceScope, Resource};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{
+    Deserialize, Deserializer, Serialize,
+    de::{MapAccess, Visitor, value::MapAccessDeserializer},
+};
 use serde_json::Value;
 
 use super::images::ContainerImages;
@@ -61,13 +64,36 @@ struct SpecHead {
     ephemeral_containers: ContainerImages,
 }
 
+/// A `T` read from a JSON object only. serde's derive also reads a struct from an array of its
+/// fields in order, and an object read that way would be patched at paths that cannot exist
+/// (`"metadata": []` would get `/metadata/annotations`, and the patch would not apply).
+struct ObjectOnly<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for ObjectOnly<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Fields<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer
+            .deserialize_map(Fields(PhantomData))
+            .map(ObjectOnly)
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ObjectHead {
     #[serde(default)]
-    metadata: Option<MetadataHead>,
+    metadata: Option<ObjectOnly<MetadataHead>>,
     #[serde(default)]
-    spec: Option<SpecHead>,
+    spec: Option<ObjectOnly<SpecHead>>,
     #[serde(default)]
     image_pull_secrets: PullSecretList,
 }
@@ -102,11 +128,11 @@ fn names(list: PullSecretList) -> Option<Vec<String>> {
 
 impl<'de> Deserialize<'de> for AdmittedObject {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let head = ObjectHead::deserialize(deserializer)?;
+        let ObjectOnly(head) = ObjectOnly::<ObjectHead>::deserialize(deserializer)?;
         let has_metadata = head.metadata.is_some();
         let metadata = head
             .metadata
-            .map(|m| ObjectMeta {
+            .map(|ObjectOnly(m)| ObjectMeta {
                 name: m.name,
                 generate_name: m.generate_name,
                 namespace: m.namespace,
@@ -117,7 +143,7 @@ impl<'de> Deserialize<'de> for AdmittedObject {
             .unwrap_or_default();
         let has_spec = head.spec.is_some();
         let (spec_pull_secrets, images) = match head.spec {
-            Some(spec) => {
+            Some(ObjectOnly(spec)) => {
                 let mut images = spec.containers.0;
                 images.extend(spec.init_containers.0);
                 images.extend(spec.ephemeral_containers.0);

@@ -178,11 +178,27 @@ fn missing_secrets_draw_a_warning_but_are_still_referenced() -> TestResult {
 #[test]
 fn malformed_objects_are_uninterpretable() -> TestResult {
     let v = view("ServiceAccount", &["a"])?;
+    let pod = view("Pod", &["a"])?;
+    assert!(
+        mutate(
+            &json!({"metadata": {}, "spec": []}),
+            SubjectKind::Pod,
+            "team",
+            &pod
+        )
+        .is_err()
+    );
     for bad in [
         json!(42),
         json!({"metadata": {"labels": "not-a-map"}}),
         json!({"metadata": {}, "imagePullSecrets": "x"}),
         json!({"metadata": {}, "imagePullSecrets": [{"name": 7}]}),
+        // serde would read a struct from an array of its fields; a patch to such an object
+        // could not apply (found by the fuzz smoke run).
+        json!([]),
+        json!({"metadata": []}),
+        json!({"metadata": ["name"]}),
+        json!({"metadata": {}, "spec": []}),
     ] {
         assert!(
             mutate(&bad, SubjectKind::ServiceAccount, "team", &v).is_err(),
