@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod admission;
 pub mod api;
+pub mod audit;
 pub mod cli;
 pub mod controller;
 pub mod install;

@@ -255,6 +255,9 @@ pub struct Metrics {
     /// `cheiron_certificate_expiry_timestamp_seconds`: `notAfter` of the serving certificate,
     /// in seconds since the Unix epoch.
     pub certificate_expiry: Gauge,
+    /// `cheiron_audit_findings`: ServiceAccounts lacking a pull secret policy says they
+    /// should reference, counted by the controller at every resync (docs/design.md §7).
+    pub audit_findings: Gauge,
 }
 
 impl Default for Metrics {
@@ -282,6 +285,7 @@ impl Metrics {
             service_accounts_patched: Counter::default(),
         };
         let certificate_expiry = Gauge::default();
+        let audit_findings = Gauge::default();
         let connections = ConnectionMetrics::default();
 
         registry.register(
@@ -363,6 +367,11 @@ impl Metrics {
             Unit::Seconds,
             certificate_expiry.clone(),
         );
+        registry.register(
+            "audit_findings",
+            "ServiceAccounts lacking a pull secret policy says they should reference, at the last resync",
+            audit_findings.clone(),
+        );
 
         Self {
             registry,
@@ -370,6 +379,7 @@ impl Metrics {
             reconcile,
             connections,
             certificate_expiry,
+            audit_findings,
         }
     }
 
@@ -446,6 +456,7 @@ mod tests {
         metrics.reconcile.record_issue("unmanaged_secret");
         metrics.reconcile.secrets_written.inc();
         metrics.certificate_expiry.set(1_900_000_000);
+        metrics.audit_findings.set(3);
         let text = metrics.encode().unwrap();
         for line in [
             r#"cheiron_reconcile_runs_total{kind="ClusterImagePullSecretManager"} 1"#,
@@ -454,6 +465,8 @@ mod tests {
             "cheiron_secrets_written_total 1",
             "cheiron_service_accounts_patched_total 0",
             "cheiron_certificate_expiry_timestamp_seconds 1900000000",
+            "# TYPE cheiron_audit_findings gauge",
+            "cheiron_audit_findings 3",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

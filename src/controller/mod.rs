@@ -14,6 +14,7 @@
 //! Dependencies run one way: `mod` → `reconcile` → `write` → `context` →
 //! `triggers`/`source_watches`.
 
+mod audit_gauge;
 mod context;
 mod desired;
 mod dockerconfig;
@@ -197,6 +198,12 @@ pub async fn run(
         ready.clone(),
     ));
     let _stop_readiness = AbortOnDrop(readiness.abort_handle());
+    let audit = tokio::spawn(audit_gauge::keep(
+        ctx.clone(),
+        audit_gauge::FIRST_COUNT_AFTER,
+        ctx.resync,
+    ));
+    let _stop_audit = AbortOnDrop(audit.abort_handle());
 
     tracing::info!(
         service_accounts = ctx.service_accounts.len(),
