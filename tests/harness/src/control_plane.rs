@@ -194,7 +194,9 @@ impl ControlPlane {
             "kube-controller-manager",
             Command::new(bin.join("kube-controller-manager")).args([
                 format!("--kubeconfig={}", kcm_kubeconfig.display()),
-                "--controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller".to_owned(),
+                // deployment and replicaset: Pods created from a Deployment's template, as in a
+                // GitOps rollout (tests/controller/gitops.rs).
+                "--controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,deployment-controller,replicaset-controller".to_owned(),
                 format!("--service-account-private-key-file={}", sa_private.display()),
                 format!("--root-ca-file={}", cert_dir.join("apiserver.crt").display()),
                 "--use-service-account-credentials=false".to_owned(),

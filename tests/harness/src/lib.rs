@@ -24,6 +24,7 @@
 mod cluster;
 mod control_plane;
 pub mod controller;
+pub mod kubectl;
 pub mod load;
 mod objects;
 mod process;
