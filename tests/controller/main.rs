@@ -19,6 +19,7 @@ mod scenario;
 
 mod conflicts;
 mod deletion;
+mod gitops;
 mod leader_election;
 mod materialise;
 mod pull_secret_registries;
