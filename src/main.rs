@@ -1,10 +1,8 @@
 use std::process::ExitCode;
 
-use clap::Parser;
-
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = cheiron::cli::Cli::parse();
+    let cli = cheiron::cli::Cli::parse_env();
     match cli.run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -2,16 +2,20 @@
 //! field, so a new flag cannot be silently ignored.
 
 mod controller;
+mod explain;
 mod manifests;
 mod mutate;
 mod webhook;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use controller::{ControllerArgs, ControllerCommand, RunCommand};
+pub use explain::{ExplainArgs, ReportFormat};
 pub use manifests::ManifestsArgs;
 pub use mutate::{MutateArgs, OutputFormat};
 pub use webhook::{AdminArgs, ServeArgs, TlsArgs, WebhookArgs};
+
+use std::path::PathBuf;
 
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -73,13 +77,33 @@ enum Command {
     Run(RunCommand),
     /// Offline: show what the webhook would do to Pods and ServiceAccounts in a manifest.
     Mutate(MutateArgs),
+    /// Why a Pod or ServiceAccount has (or lacks) each pull secret, manager by manager.
+    Explain(ExplainArgs),
     /// Print both CustomResourceDefinitions as YAML.
     Crds,
     /// Print (or write with --out) the plain manifests for installing without Helm.
     Manifests(ManifestsArgs),
 }
 
+/// The file name under which kubectl finds cheiron as a plugin (`kubectl cheiron …`).
+pub const KUBECTL_PLUGIN_NAME: &str = "kubectl-cheiron";
+
 impl Cli {
+    /// Parses the process's arguments. Invoked as `kubectl-cheiron` (a symlink kubectl finds
+    /// on the PATH), help and errors name the command `kubectl cheiron`.
+    pub fn parse_env() -> Self {
+        let plugin = std::env::args_os()
+            .next()
+            .map(PathBuf::from)
+            .and_then(|p| p.file_name().map(|n| n == KUBECTL_PLUGIN_NAME))
+            .unwrap_or(false);
+        if !plugin {
+            return Self::parse();
+        }
+        let matches = Self::command().bin_name("kubectl cheiron").get_matches();
+        Self::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+
     /// Runs the chosen command.
     pub async fn run(self) -> anyhow::Result<()> {
         let Self { log, command } = self;
@@ -89,6 +113,7 @@ impl Cli {
             Command::Controller(args) => args.run(shutdown_on_signal()?).await,
             Command::Run(args) => args.run(shutdown_on_signal()?).await,
             Command::Mutate(args) => args.run(&mut std::io::stdout().lock()),
+            Command::Explain(args) => args.run(&mut std::io::stdout()).await,
             Command::Crds => {
                 print!("{}", crate::api::crds_yaml()?);
                 Ok(())

@@ -121,7 +121,7 @@ impl MutateArgs {
     }
 }
 
-fn read_input(file: &PathBuf) -> anyhow::Result<String> {
+pub(super) fn read_input(file: &PathBuf) -> anyhow::Result<String> {
     if file.as_os_str() == "-" {
         let mut text = String::new();
         std::io::stdin()

@@ -314,6 +314,21 @@ impl Manager {
         }
     }
 
+    /// `podSelector`, compiled.
+    pub fn pod_selector(&self) -> Option<&Selector> {
+        self.pod_selector.as_ref()
+    }
+
+    /// `serviceAccountNames`.
+    pub fn service_account_names(&self) -> Option<&BTreeSet<String>> {
+        self.service_account_names.as_ref()
+    }
+
+    /// `serviceAccountSelector`, compiled.
+    pub fn service_account_selector(&self) -> Option<&Selector> {
+        self.service_account_selector.as_ref()
+    }
+
     /// True when the manager selects every ServiceAccount of the namespaces it acts on: no
     /// `serviceAccountNames`, and no `serviceAccountSelector` narrower than everything.
     pub fn selects_every_service_account(&self) -> bool {

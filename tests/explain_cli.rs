@@ -1,0 +1,182 @@
+//! `cheiron explain` as a user runs it: offline goldens (text and JSON), the kubectl plugin
+//! name, and the one-line errors for no kubeconfig and a cluster without the CRDs.
+//! Regenerate the goldens with `CHEIRON_UPDATE_GOLDENS=1 cargo test --test explain_cli`.
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(program: &Path, args: &[&str], kubeconfig: Option<&Path>) -> std::io::Result<Output> {
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .current_dir(root())
+        .env_remove("CHEIRON_FROM")
+        .env_remove("CHEIRON_NAMESPACE")
+        .env_remove("CHEIRON_OUTPUT")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env("CHEIRON_LOG", "error")
+        .env(
+            "KUBECONFIG",
+            kubeconfig.unwrap_or(Path::new("/nonexistent/kubeconfig")),
+        )
+        .stdin(Stdio::null());
+    command.output()
+}
+
+fn cheiron() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_cheiron"))
+}
+
+/// Compares `actual` with the golden file, or rewrites it with `CHEIRON_UPDATE_GOLDENS=1`.
+fn golden(name: &str, actual: &str) -> TestResult {
+    let path = root().join("tests/data/explain").join(name);
+    if std::env::var_os("CHEIRON_UPDATE_GOLDENS").is_some() {
+        std::fs::write(&path, actual)?;
+    }
+    let expected = std::fs::read_to_string(&path)?;
+    assert_eq!(actual, expected, "{} differs", path.display());
+    Ok(())
+}
+
+const FROM: [&str; 4] = [
+    "explain",
+    "--from",
+    "tests/data/explain/managers.yaml",
+    "tests/data/explain/objects.yaml",
+];
+
+#[test]
+fn explain_offline_prints_every_verdict_in_words_as_the_golden_says() -> TestResult {
+    let out = run(&cheiron(), &FROM, None)?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    golden("objects.txt", &String::from_utf8(out.stdout)?)
+}
+
+#[test]
+fn explain_offline_json_is_the_golden_and_parses() -> TestResult {
+    let mut args = FROM.to_vec();
+    args.extend(["-o", "json"]);
+    let out = run(&cheiron(), &args, None)?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout)?;
+    let value: serde_json::Value = serde_json::from_str(&text)?;
+    assert_eq!(
+        value[0]["outcome"]["missing"],
+        serde_json::json!(["quay-pull"])
+    );
+    golden("objects.json", &text)
+}
+
+#[test]
+fn the_same_binary_named_kubectl_cheiron_answers_as_a_kubectl_plugin() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let plugin = dir.path().join("kubectl-cheiron");
+    std::os::unix::fs::symlink(cheiron(), &plugin)?;
+    let out = run(&plugin, &FROM, None)?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    golden("objects.txt", &String::from_utf8(out.stdout)?)?;
+    let help = run(&plugin, &["explain", "--help"], None)?;
+    assert!(
+        String::from_utf8(help.stdout)?.contains("Usage: kubectl cheiron explain"),
+        "help names the plugin"
+    );
+    Ok(())
+}
+
+#[test]
+fn explain_without_a_kubeconfig_fails_in_one_line_pointing_at_from() -> TestResult {
+    let out = run(&cheiron(), &["explain", "pod", "web"], None)?;
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr)?;
+    assert!(
+        err.starts_with(
+            "cheiron: cannot reach the cluster (set KUBECONFIG, run in a Pod, or use --from): "
+        ),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    Ok(())
+}
+
+#[test]
+fn explain_of_a_kind_it_does_not_know_says_what_it_takes() -> TestResult {
+    let out = run(&cheiron(), &["explain", "deployment", "web"], None)?;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(out.stderr)?,
+        "cheiron: cannot explain a deployment: give pod NAME or serviceaccount NAME\n"
+    );
+    Ok(())
+}
+
+/// Answers every request with a plain-text 404, as kube-apiserver does for an API group it
+/// does not serve.
+fn plain_404_server(requests: usize) -> std::io::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(requests).flatten() {
+            let mut reader = BufReader::new(&stream);
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let body = "404 page not found\n";
+            let _ = (&stream).write_all(
+                format!(
+                    "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain; charset=utf-8\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+        }
+    });
+    Ok(port)
+}
+
+#[test]
+fn explain_on_a_cluster_without_the_crds_says_how_to_install_them() -> TestResult {
+    let port = plain_404_server(4)?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+             clusters: [{{name: c, cluster: {{server: \"http://127.0.0.1:{port}\"}}}}]\n\
+             users: [{{name: u, user: {{}}}}]\n\
+             contexts: [{{name: c, context: {{cluster: c, user: u}}}}]\n"
+        ),
+    )?;
+    let out = run(&cheiron(), &["explain", "pod", "web"], Some(&kubeconfig))?;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(out.stderr)?,
+        "cheiron: the cluster does not serve ImagePullSecretManager (cheiron.anny.co/v1alpha1): \
+         install the CRDs first, e.g. `cheiron crds | kubectl apply -f -`\n"
+    );
+    Ok(())
+}
