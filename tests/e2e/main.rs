@@ -8,6 +8,7 @@ use cheiron_harness as harness;
 const CHEIRON: harness::Cheiron = harness::cheiron!();
 
 mod crd_schema;
+mod explain;
 mod failure_policy;
 mod live_managers;
 mod matching_images;
