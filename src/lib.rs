@@ -6,6 +6,7 @@ pub mod api;
 pub mod audit;
 pub mod cli;
 pub mod controller;
+pub mod credential;
 pub mod explain;
 pub mod install;
 pub mod message;

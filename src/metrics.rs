@@ -258,6 +258,56 @@ pub struct Metrics {
     /// `cheiron_audit_findings`: ServiceAccounts lacking a pull secret policy says they
     /// should reference, counted by the controller at every resync (docs/design.md §7).
     pub audit_findings: Gauge,
+    /// Credential-provider metrics.
+    pub credentials: CredentialMetrics,
+}
+
+/// Labels of `cheiron_credential_expiry_timestamp_seconds`. The provider names come from the
+/// operator's config file, a closed set.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderLabels {
+    /// The provider's `name`.
+    pub provider: String,
+}
+
+/// Labels of `cheiron_credential_provider_calls_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderCallLabels {
+    /// The provider's `name`.
+    pub provider: String,
+    /// `success` or `failure`.
+    pub outcome: &'static str,
+}
+
+/// Metrics of the credential-provider plugins.
+#[derive(Clone, Debug, Default)]
+pub struct CredentialMetrics {
+    /// When each provider's soonest-expiring current credential expires (Unix seconds; 0:
+    /// none held).
+    pub expiry: Family<ProviderLabels, Gauge>,
+    /// Plugin calls, by provider and outcome.
+    pub calls: Family<ProviderCallLabels, Counter>,
+}
+
+impl CredentialMetrics {
+    /// Sets a provider's expiry timestamp.
+    pub fn set_expiry(&self, provider: &str, unix_seconds: i64) {
+        self.expiry
+            .get_or_create(&ProviderLabels {
+                provider: provider.to_owned(),
+            })
+            .set(unix_seconds);
+    }
+
+    /// Counts one plugin call.
+    pub fn record_call(&self, provider: &str, outcome: &'static str) {
+        self.calls
+            .get_or_create(&ProviderCallLabels {
+                provider: provider.to_owned(),
+                outcome,
+            })
+            .inc();
+    }
 }
 
 impl Default for Metrics {
@@ -373,6 +423,19 @@ impl Metrics {
             audit_findings.clone(),
         );
 
+        let credentials = CredentialMetrics::default();
+        registry.register_with_unit(
+            "credential_expiry_timestamp",
+            "When the soonest-expiring credential of each credential provider expires, as a Unix timestamp",
+            Unit::Seconds,
+            credentials.expiry.clone(),
+        );
+        registry.register(
+            "credential_provider_calls",
+            "Credential-provider plugin calls, by provider and outcome",
+            credentials.calls.clone(),
+        );
+
         Self {
             registry,
             admission,
@@ -380,6 +443,7 @@ impl Metrics {
             connections,
             certificate_expiry,
             audit_findings,
+            credentials,
         }
     }
 

@@ -55,6 +55,7 @@ impl Injection {
     validation = super::rules::entry_exclusive(),
     validation = super::rules::entry_inline_fields(),
     validation = super::rules::entry_one_password(),
+    validation = super::rules::entry_provider_alone(),
 )]
 pub struct PullSecretEntry {
     /// Name of the Secret cheiron writes into every target namespace. Defaults to
@@ -88,6 +89,26 @@ pub struct PullSecretEntry {
     /// Secret to copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub existing_secret_ref: Option<SecretRef>,
+    /// Short-lived credentials from one of the controller's credential-provider exec
+    /// plugins (the kubelet's `CredentialProviderConfig`), kept fresh in every target
+    /// namespace (docs/credential-providers.md). Takes `name` and nothing else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential_provider: Option<CredentialProviderRef>,
+}
+
+/// Which credential a provider entry wants.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialProviderRef {
+    /// An image of the registry, e.g. `123456789012.dkr.ecr.eu-west-1.amazonaws.com/app`: the
+    /// provider whose `matchImages` matches it is asked, with this image.
+    #[schemars(length(min = 1, max = 512))]
+    pub image: String,
+    /// For providers with `tokenAttributes`: the ServiceAccount whose token the plugin gets
+    /// (in the manager's namespace; for a cluster manager, in cheiron's namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253), regex(pattern = super::rules::OBJECT_NAME_PATTERN))]
+    pub service_account_name: Option<String>,
 }
 
 /// Written by hand so that no `{:?}` of a manager (a log line, a panic message, a test
@@ -102,6 +123,7 @@ impl std::fmt::Debug for PullSecretEntry {
             password_secret_ref,
             email,
             existing_secret_ref,
+            credential_provider,
         } = self;
         f.debug_struct("PullSecretEntry")
             .field("name", name)
@@ -111,6 +133,7 @@ impl std::fmt::Debug for PullSecretEntry {
             .field("password_secret_ref", password_secret_ref)
             .field("email", email)
             .field("existing_secret_ref", existing_secret_ref)
+            .field("credential_provider", credential_provider)
             .finish()
     }
 }

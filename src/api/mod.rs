@@ -11,11 +11,11 @@ mod status;
 
 pub use cluster::{ClusterImagePullSecretManager, ClusterImagePullSecretManagerSpec};
 pub use crd::{crds, crds_yaml};
-pub use entry::{Injection, Mode, PullSecretEntry, SecretKeyRef, SecretRef};
+pub use entry::{CredentialProviderRef, Injection, Mode, PullSecretEntry, SecretKeyRef, SecretRef};
 pub use namespaced::{ImagePullSecretManager, ImagePullSecretManagerSpec};
 pub use rules::{InvalidSpec, validate_cluster, validate_namespaced};
 pub use served::{ApiCheckError, ensure_crds};
-pub use status::{ManagerStatus, NamespaceFailure, PullSecretRegistries};
+pub use status::{CredentialStatus, ManagerStatus, NamespaceFailure, PullSecretRegistries};
 
 /// The API group of both manager kinds.
 pub const GROUP: &str = "cheiron.anny.co";

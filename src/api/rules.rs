@@ -19,6 +19,8 @@ pub const ENTRY_INLINE_FIELDS: &str =
 /// Entry: exactly one password source.
 pub const ENTRY_ONE_PASSWORD: &str =
     "an entry with inline credentials needs exactly one of password and passwordSecretRef";
+/// Entry: a credential-provider entry takes a name and nothing else.
+pub const ENTRY_PROVIDER_ALONE: &str = "an entry with credentialProvider takes name and nothing else (no existingSecretRef, registry, username, password, passwordSecretRef or email)";
 /// Spec: unique target names.
 pub const UNIQUE_TARGET_NAMES: &str = "target Secret names must be unique (an entry's name, or existingSecretRef.name when name is unset)";
 /// Spec: at least one entry.
@@ -53,13 +55,18 @@ pub(super) fn entry_exclusive() -> Rule {
         .message(ENTRY_EXCLUSIVE)
 }
 
+pub(super) fn entry_provider_alone() -> Rule {
+    Rule::new("!has(self.credentialProvider) || (has(self.name) && !has(self.existingSecretRef) && !(has(self.registry) || has(self.username) || has(self.password) || has(self.passwordSecretRef) || has(self.email)))")
+        .message(ENTRY_PROVIDER_ALONE)
+}
+
 pub(super) fn entry_inline_fields() -> Rule {
-    Rule::new("has(self.existingSecretRef) || (has(self.name) && has(self.registry) && has(self.username))")
+    Rule::new("has(self.existingSecretRef) || has(self.credentialProvider) || (has(self.name) && has(self.registry) && has(self.username))")
         .message(ENTRY_INLINE_FIELDS)
 }
 
 pub(super) fn entry_one_password() -> Rule {
-    Rule::new("has(self.existingSecretRef) || (has(self.password) != has(self.passwordSecretRef))")
+    Rule::new("has(self.existingSecretRef) || has(self.credentialProvider) || (has(self.password) != has(self.passwordSecretRef))")
         .message(ENTRY_ONE_PASSWORD)
 }
 
@@ -212,15 +219,22 @@ fn validate(spec: &Parts<'_>) -> Result<(), InvalidSpec> {
             || entry.password.is_some()
             || entry.password_secret_ref.is_some()
             || entry.email.is_some();
-        match &entry.existing_secret_ref {
-            Some(_) if inline => fail(field.clone(), ENTRY_EXCLUSIVE),
-            Some(_) => {}
-            None => {
-                if entry.name.is_none() || entry.registry.is_none() || entry.username.is_none() {
-                    fail(field.clone(), ENTRY_INLINE_FIELDS);
-                }
-                if entry.password.is_some() == entry.password_secret_ref.is_some() {
-                    fail(field.clone(), ENTRY_ONE_PASSWORD);
+        if entry.credential_provider.is_some() {
+            if inline || entry.existing_secret_ref.is_some() || entry.name.is_none() {
+                fail(field.clone(), ENTRY_PROVIDER_ALONE);
+            }
+        } else {
+            match &entry.existing_secret_ref {
+                Some(_) if inline => fail(field.clone(), ENTRY_EXCLUSIVE),
+                Some(_) => {}
+                None => {
+                    if entry.name.is_none() || entry.registry.is_none() || entry.username.is_none()
+                    {
+                        fail(field.clone(), ENTRY_INLINE_FIELDS);
+                    }
+                    if entry.password.is_some() == entry.password_secret_ref.is_some() {
+                        fail(field.clone(), ENTRY_ONE_PASSWORD);
+                    }
                 }
             }
         }

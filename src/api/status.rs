@@ -35,6 +35,27 @@ pub struct ManagerStatus {
     #[serde(default)]
     #[schemars(length(max = 64))]
     pub pull_secrets: Vec<PullSecretRegistries>,
+    /// The Secrets filled by a credential provider, with when their credential expires
+    /// (never the credential).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub credentials: Vec<CredentialStatus>,
+}
+
+/// The credential behind one provider-backed Secret.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialStatus {
+    /// The Secret's name in each target namespace.
+    pub name: String,
+    /// The credential provider.
+    pub provider: String,
+    /// When the credential written expires (unset: the provider gave no lifetime).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// Why the last refresh failed, while the credential is still valid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_failing: Option<String>,
 }
 
 /// The registries one Secret of a manager holds.

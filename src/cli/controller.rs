@@ -84,6 +84,76 @@ pub struct ControllerArgs {
         env = "CHEIRON_MAX_SOURCE_WATCHES"
     )]
     pub max_source_watches: usize,
+    #[command(flatten)]
+    pub credential_providers: CredentialProviderArgs,
+}
+
+/// Credential-provider flags: the kubelet's exec plugins, run by the controller
+/// (docs/credential-providers.md).
+#[derive(Args, Debug, Clone, Default)]
+pub struct CredentialProviderArgs {
+    /// The kubelet's CredentialProviderConfig (a file, or a directory of .json/.yaml/.yml
+    /// files), as the kubelet's --image-credential-provider-config. Without it, entries with
+    /// credentialProvider report CredentialProviderFailed.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "credential_provider_bin_dir",
+        env = "CHEIRON_CREDENTIAL_PROVIDER_CONFIG"
+    )]
+    pub credential_provider_config: Option<std::path::PathBuf>,
+    /// Where the plugins are, as the kubelet's --image-credential-provider-bin-dir.
+    #[arg(long, value_name = "DIR", env = "CHEIRON_CREDENTIAL_PROVIDER_BIN_DIR")]
+    pub credential_provider_bin_dir: Option<std::path::PathBuf>,
+    /// Seconds a plugin may run before it is killed.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = crate::credential::DEFAULT_PLUGIN_TIMEOUT.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..=600),
+        env = "CHEIRON_CREDENTIAL_PROVIDER_TIMEOUT"
+    )]
+    pub credential_provider_timeout: u64,
+    /// Most bytes read from a plugin's stdout, and from its stderr; more fails the call.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = crate::credential::DEFAULT_MAX_PLUGIN_OUTPUT,
+        env = "CHEIRON_CREDENTIAL_PROVIDER_MAX_OUTPUT"
+    )]
+    pub credential_provider_max_output: usize,
+}
+
+impl CredentialProviderArgs {
+    /// The settings, with the config read and every plugin found (one-line error otherwise).
+    pub fn settings(
+        self,
+        own_namespace: Option<String>,
+    ) -> anyhow::Result<crate::credential::ProviderSettings> {
+        let Self {
+            credential_provider_config,
+            credential_provider_bin_dir,
+            credential_provider_timeout,
+            credential_provider_max_output,
+        } = self;
+        let (config, bin_dir) = match (credential_provider_config, credential_provider_bin_dir) {
+            (Some(config), Some(bin_dir)) => (
+                crate::credential::ProviderConfig::load(&config, &bin_dir)?,
+                bin_dir,
+            ),
+            _ => Default::default(),
+        };
+        Ok(crate::credential::ProviderSettings {
+            config,
+            bin_dir,
+            limits: crate::credential::ExecLimits {
+                timeout: Duration::from_secs(credential_provider_timeout),
+                max_output: credential_provider_max_output,
+            },
+            policy: crate::credential::RefreshPolicy::default(),
+            own_namespace,
+        })
+    }
 }
 
 impl ControllerArgs {
@@ -105,14 +175,20 @@ impl ControllerArgs {
             lease_duration,
             resync,
             max_source_watches,
+            credential_providers,
         } = self;
         let instance = pod_name
             .or_else(|| std::env::var("HOSTNAME").ok())
             .unwrap_or_else(|| "cheiron".to_owned());
+        let own_namespace = pod_namespace
+            .clone()
+            .or_else(|| leader_election_namespace.clone())
+            .or_else(|| Some(client.default_namespace().to_owned()));
         let options = ControllerOptions {
             resync: Duration::from_secs(resync),
             instance,
             max_source_watches,
+            credentials: credential_providers.settings(own_namespace)?,
             ..ControllerOptions::default()
         };
         if no_leader_election || !leader_election {

@@ -30,6 +30,7 @@ use super::{
 };
 use crate::{
     api::{ClusterImagePullSecretManager, ImagePullSecretManager},
+    credential::CredentialProviders,
     metrics::Metrics,
     policy::{Manager, ManagerId, NamespaceMeta, live_managers},
 };
@@ -48,6 +49,7 @@ pub struct Context {
     pub(super) triggers: Triggers,
     pub(super) resync: Duration,
     pub(super) scopes: Scopes,
+    pub(super) credentials: CredentialProviders,
     failures: Mutex<HashMap<String, u32>>,
     clashes: Mutex<HashSet<(String, String)>>,
 }
@@ -92,9 +94,16 @@ impl Context {
             triggers,
             resync,
             scopes: Scopes::default(),
+            credentials: CredentialProviders::new(Default::default(), None, None),
             failures: Mutex::default(),
             clashes: Mutex::default(),
         }
+    }
+
+    /// The context with these credential providers (none by default).
+    pub(super) fn with_credentials(mut self, credentials: CredentialProviders) -> Self {
+        self.credentials = credentials;
+        self
     }
 
     /// Namespaces that are not being deleted, by name.

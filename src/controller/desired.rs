@@ -65,9 +65,23 @@ pub fn source_key(entry: &PullSecretEntry, manager_namespace: Option<&str>) -> O
     Some((namespace.to_owned(), name.clone()))
 }
 
+/// What the credential providers answered for the provider entries, by index in
+/// `spec.secrets` (see `controller::provided`).
+pub type Provided = HashMap<usize, Result<DockerConfig, Problem>>;
+
 /// What is wrong with one entry's source.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Problem {
+    /// A credential-provider entry has no valid credential (copies already written are
+    /// kept), or may not use the provider.
+    CredentialProvider {
+        /// Index in `spec.secrets`.
+        entry: usize,
+        /// The status reason.
+        reason: &'static str,
+        /// What is wrong, never a credential or a plugin's output.
+        message: String,
+    },
     /// The source Secret does not exist (copies already written are kept).
     SourceMissing {
         /// Index in `spec.secrets`.
@@ -90,6 +104,9 @@ impl Problem {
     /// The status message for this problem.
     pub fn message(&self) -> String {
         match self {
+            Problem::CredentialProvider { entry, message, .. } => {
+                format!("spec.secrets[{entry}]: {message}")
+            }
             Problem::SourceMissing { entry, source } => {
                 format!(
                     "spec.secrets[{entry}]: source Secret {source} not found; existing copies are kept"
@@ -169,7 +186,17 @@ fn resolve(
     entry: &PullSecretEntry,
     manager_namespace: Option<&str>,
     sources: &HashMap<SourceKey, Fetched>,
+    provided: &Provided,
 ) -> Result<DockerConfig, Problem> {
+    if entry.credential_provider.is_some() {
+        return provided.get(&index).cloned().unwrap_or_else(|| {
+            Err(Problem::CredentialProvider {
+                entry: index,
+                reason: super::status::reason::CREDENTIAL_PROVIDER_FAILED,
+                message: "no credential provider was asked".to_owned(),
+            })
+        });
+    }
     if let Some(foreign) = foreign_namespace(entry, manager_namespace) {
         return Err(Problem::InvalidSource {
             entry: index,
@@ -257,12 +284,32 @@ fn resolve(
     }
 }
 
-/// Computes what a manager wants from its entries and the fetched sources.
+/// Computes what a manager wants from its entries and the fetched sources (no provider
+/// entries answered: see [`desired_with`]).
+#[cfg(test)]
 pub fn desired(
     entries: &[PullSecretEntry],
     merge_into: Option<&str>,
     manager_namespace: Option<&str>,
     sources: &HashMap<SourceKey, Fetched>,
+) -> Desired {
+    desired_with(
+        entries,
+        merge_into,
+        manager_namespace,
+        sources,
+        &Provided::new(),
+    )
+}
+
+/// Computes what a manager wants from its entries, the fetched sources and what the
+/// credential providers answered.
+pub fn desired_with(
+    entries: &[PullSecretEntry],
+    merge_into: Option<&str>,
+    manager_namespace: Option<&str>,
+    sources: &HashMap<SourceKey, Fetched>,
+    provided: &Provided,
 ) -> Desired {
     let mut out = Desired {
         inline_passwords: entries
@@ -276,7 +323,7 @@ pub fn desired(
     let resolved: Vec<(&PullSecretEntry, Result<DockerConfig, Problem>)> = entries
         .iter()
         .enumerate()
-        .map(|(i, e)| (e, resolve(i, e, manager_namespace, sources)))
+        .map(|(i, e)| (e, resolve(i, e, manager_namespace, sources, provided)))
         .collect();
     match merge_into {
         Some(merged_name) => {

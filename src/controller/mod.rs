@@ -28,6 +28,7 @@ mod leader;
 mod namespaces;
 pub mod pace;
 mod plan;
+mod provided;
 mod reconcile;
 mod registries;
 pub mod registry_keys;
@@ -73,7 +74,12 @@ use self::{
     service_accounts::ServiceAccountCache,
     triggers::{Routing, Triggers},
 };
-use crate::{admin::Readiness, api::ensure_crds, metrics::Metrics};
+use crate::{
+    admin::Readiness,
+    api::ensure_crds,
+    credential::{CredentialProviders, ProviderSettings},
+    metrics::Metrics,
+};
 
 /// Settings of the controller.
 #[derive(Clone, Debug)]
@@ -86,6 +92,8 @@ pub struct ControllerOptions {
     pub instance: String,
     /// Most source Secrets watched at once (see [`source_watches::SourceWatches`]).
     pub max_source_watches: usize,
+    /// The credential-provider exec plugins (none by default).
+    pub credentials: ProviderSettings,
 }
 
 impl Default for ControllerOptions {
@@ -95,6 +103,7 @@ impl Default for ControllerOptions {
             concurrency: 4,
             instance: "cheiron".to_owned(),
             max_source_watches: source_watches::DEFAULT_MAX_SOURCE_WATCHES,
+            credentials: ProviderSettings::default(),
         }
     }
 }
@@ -131,6 +140,7 @@ pub async fn run(
         concurrency,
         instance,
         max_source_watches,
+        credentials,
     } = options;
     ensure_crds(&client).await?;
     let config = ControllerConfig::default().concurrency(concurrency);
@@ -162,15 +172,26 @@ pub async fn run(
         instance: Some(instance),
     };
     let recorder = events::EventPublisher::new(client.clone(), reporter, events::MAX_CACHED_EVENTS);
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        caches,
-        recorder,
-        metrics,
-        triggers,
-        resync,
-        max_source_watches,
-    ));
+    let credentials =
+        CredentialProviders::new(credentials, Some(client.clone()), Some(metrics.clone()));
+    {
+        let triggers = triggers.clone();
+        credentials.on_change(Arc::new(move |id| {
+            triggers.send(kinds::ManagerRef::from(id))
+        }));
+    }
+    let ctx = Arc::new(
+        Context::new(
+            client.clone(),
+            caches,
+            recorder,
+            metrics,
+            triggers,
+            resync,
+            max_source_watches,
+        )
+        .with_credentials(credentials),
+    );
     let routing = tokio::spawn(triggers::route(client, routing));
     let _stop_routing = AbortOnDrop(routing.abort_handle());
 

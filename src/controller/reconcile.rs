@@ -27,6 +27,7 @@ use super::{
     kinds::ManagerObject,
     plan::FIELD_MANAGER,
     plan::{self, SecretMetadata, Stale, belongs_to},
+    provided,
     registries::pull_secret_registries,
     secrets::SecretRecord,
     status::{self, Findings, reason},
@@ -116,11 +117,13 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
     keys.dedup();
     ctx.sources.set(&id, keys.iter().cloned());
     let fetched = fetch_sources(ctx, &keys).await?;
-    let desired = desired::desired(
+    let (provided, credentials) = provided::resolve(&ctx.credentials, &id, manager.entries()).await;
+    let desired = desired::desired_with(
         manager.entries(),
         manager.merge_into(),
         own_namespace.as_deref(),
         &fetched,
+        &provided,
     );
 
     let namespaces = ctx.live_namespaces();
@@ -192,6 +195,7 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         unusable_keys: desired.unusable_keys,
         retry_in: None,
         pull_secrets: pull_secret_registries(&desired.secrets, manager.current_status()),
+        credentials,
     };
     let mut findings = findings;
     let reference = manager.object_ref(&());
@@ -255,7 +259,11 @@ async fn write_status<K: ManagerObject>(
         return Ok(());
     }
     let api = manager.api(ctx.client.clone());
-    let patch = json!({"status": next});
+    let mut patch = json!({"status": next});
+    if next.credentials.is_empty() && previous.is_some_and(|p| !p.credentials.is_empty()) {
+        // A merge patch keeps what it does not name: clear the list explicitly.
+        patch["status"]["credentials"] = serde_json::Value::Null;
+    }
     api.patch_status(
         &manager.name_any(),
         &PatchParams {
@@ -385,6 +393,7 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
         }
     }
     ctx.sources.set(&id, []);
+    ctx.credentials.retain(&id, Vec::new());
     ctx.scopes.forget(&id);
     tracing::info!(manager = %id, secrets = stale.len(), "cleaned up after a deleted manager");
     // Younger managers may now win the names this one held.

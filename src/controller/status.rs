@@ -8,7 +8,7 @@ use super::{
     error::Issue,
     registry_keys::UnusableKey,
 };
-use crate::api::{ManagerStatus, NamespaceFailure, PullSecretRegistries};
+use crate::api::{CredentialStatus, ManagerStatus, NamespaceFailure, PullSecretRegistries};
 
 /// Most per-namespace failures a status lists.
 pub const MAX_FAILURES: usize = 20;
@@ -32,6 +32,11 @@ pub mod reason {
     pub const CONFLICT: &str = "Conflict";
     /// Writing to some namespaces failed.
     pub const SYNC_FAILED: &str = "SyncFailed";
+    /// A credential-provider entry has no valid credential: the plugin fails and the last
+    /// good credential expired (or there never was one), or no provider serves its image.
+    pub const CREDENTIAL_PROVIDER_FAILED: &str = "CredentialProviderFailed";
+    /// A namespaced manager may not use the provider (docs/credential-providers.md).
+    pub const CREDENTIAL_PROVIDER_NOT_ALLOWED: &str = "CredentialProviderNotAllowed";
 }
 
 /// What one reconcile found.
@@ -57,6 +62,8 @@ pub struct Findings {
     pub retry_in: Option<std::time::Duration>,
     /// The registries of each Secret, for `status.pullSecrets`.
     pub pull_secrets: Vec<PullSecretRegistries>,
+    /// The provider-backed Secrets, for `status.credentials`.
+    pub credentials: Vec<CredentialStatus>,
 }
 
 impl Findings {
@@ -87,6 +94,20 @@ fn ready(f: &Findings) -> (&'static str, &'static str, String) {
         .filter(|p| matches!(p, Problem::SourceMissing { .. }))
         .map(Problem::message)
         .collect();
+    for why in [
+        reason::CREDENTIAL_PROVIDER_NOT_ALLOWED,
+        reason::CREDENTIAL_PROVIDER_FAILED,
+    ] {
+        let provider: Vec<String> = f
+            .problems
+            .iter()
+            .filter(|p| matches!(p, Problem::CredentialProvider { reason, .. } if *reason == why))
+            .map(Problem::message)
+            .collect();
+        if !provider.is_empty() {
+            return ("False", why, format!("{}; {counts}", provider.join("; ")));
+        }
+    }
     if !invalid.is_empty() {
         return (
             "False",
@@ -130,6 +151,14 @@ fn ready(f: &Findings) -> (&'static str, &'static str, String) {
         }
     }
     let mut message = counts;
+    for c in &f.credentials {
+        if let Some(why) = &c.refresh_failing {
+            message.push_str(&format!(
+                "; Secret {}: refreshing the credential failed ({why}); the current one is still valid",
+                c.name
+            ));
+        }
+    }
     if !f.shadowed_registries.is_empty() {
         message.push_str(&format!(
             "; mergeInto: registries present in several entries, the earlier entry wins: {}",
@@ -193,6 +222,7 @@ pub fn status(findings: &Findings, previous: Option<&ManagerStatus>, now: Time) 
         namespaces: Some(format!("{}/{}", findings.synced, findings.targets)),
         failures,
         pull_secrets: findings.pull_secrets.clone(),
+        credentials: findings.credentials.clone(),
     }
 }
 

@@ -18,6 +18,7 @@ mod dockerconfig;
 mod scenario;
 
 mod conflicts;
+mod credential_provider;
 mod deletion;
 mod gitops;
 mod leader_election;

@@ -1,0 +1,117 @@
+//! The provider entries of a manager: asks the credential room (`crate::credential`) for each
+//! entry's shared credential and turns the answer into the docker config the entry writes,
+//! every returned pattern a registry key as cheiron writes keys
+//! ([`crate::registry::canonical_key`]). What the room refuses or cannot provide becomes a
+//! [`Problem`]; the copies already written are then kept.
+
+use std::time::SystemTime;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::{
+    desired::{Problem, Provided},
+    dockerconfig::DockerConfig,
+    status::reason,
+};
+use crate::{
+    api::{CredentialStatus, PullSecretEntry},
+    credential::{Credential, CredentialProviders, Key, Lookup, Wanted},
+    policy::ManagerId,
+    registry::canonical_key,
+};
+
+/// Resolves every provider entry of `manager`, and tells the room which keys it now uses.
+pub(super) async fn resolve(
+    providers: &CredentialProviders,
+    manager: &ManagerId,
+    entries: &[PullSecretEntry],
+) -> (Provided, Vec<CredentialStatus>) {
+    let mut provided = Provided::new();
+    let mut statuses = Vec::new();
+    let mut keys: Vec<Key> = Vec::new();
+    for (index, entry) in entries.iter().enumerate() {
+        let Some(wanted) = &entry.credential_provider else {
+            continue;
+        };
+        let wanted = Wanted {
+            image: wanted.image.clone(),
+            service_account_name: wanted.service_account_name.clone(),
+        };
+        let (key, lookup) = providers.lookup(manager, &wanted).await;
+        keys.extend(key);
+        let name = entry.name.clone().unwrap_or_default();
+        let result = match lookup {
+            Lookup::Ready {
+                provider,
+                credential,
+                failing,
+            } => {
+                statuses.push(CredentialStatus {
+                    name,
+                    provider,
+                    expires_at: credential.expires_at.map(time),
+                    refresh_failing: failing,
+                });
+                Ok(docker_config(&credential))
+            }
+            Lookup::Failed {
+                provider,
+                message,
+                expired_at,
+            } => {
+                statuses.push(CredentialStatus {
+                    name,
+                    provider,
+                    expires_at: expired_at.map(time),
+                    refresh_failing: None,
+                });
+                Err(Problem::CredentialProvider {
+                    entry: index,
+                    reason: reason::CREDENTIAL_PROVIDER_FAILED,
+                    message,
+                })
+            }
+            Lookup::Refused {
+                message,
+                namespace_not_allowed,
+            } => Err(Problem::CredentialProvider {
+                entry: index,
+                reason: if namespace_not_allowed {
+                    reason::CREDENTIAL_PROVIDER_NOT_ALLOWED
+                } else {
+                    reason::CREDENTIAL_PROVIDER_FAILED
+                },
+                message,
+            }),
+        };
+        provided.insert(index, result);
+    }
+    keys.sort();
+    keys.dedup();
+    providers.retain(manager, keys);
+    (provided, statuses)
+}
+
+/// The `.dockerconfigjson` of a credential: one key per returned pattern.
+pub(super) fn docker_config(credential: &Credential) -> DockerConfig {
+    let configs: Vec<DockerConfig> = credential
+        .auth
+        .iter()
+        .map(|a| {
+            DockerConfig::from_credentials(
+                &canonical_key(&a.pattern),
+                &a.username,
+                &a.password,
+                None,
+            )
+        })
+        .collect();
+    DockerConfig::merge(&configs).0
+}
+
+fn time(t: SystemTime) -> Time {
+    let seconds = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    Time(k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap_or_default())
+}
