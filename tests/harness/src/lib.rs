@@ -43,7 +43,7 @@ pub use objects::{Admitted, pod, service_account};
 pub use process::rss_bytes;
 pub use scenario::{SCENARIO_LABEL, SETTLE, Scenario};
 pub use wait::wait_for;
-pub use webhook::{WebhookProcess, install_crds, register};
+pub use webhook::{WebhookCertificates, WebhookProcess, install_crds, register};
 
 /// The cheiron under test, as cargo describes it to the integration tests and benchmarks of the
 /// `cheiron` package only (not to this crate, which is why the test crate passes it in). Each

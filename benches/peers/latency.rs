@@ -1,0 +1,201 @@
+//! Pod CREATE through the apiserver, per configuration, in alternating rounds: sequential,
+//! then with N concurrent clients. Every create is real (stored, then deleted between
+//! rounds), so each webhook sees exactly what a user's create brings.
+
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api,
+    api::{DeleteParams, ListParams, PostParams},
+};
+use serde_json::{Value, json};
+
+use crate::{Args, Result, quantile_ms, setup::Bench};
+
+/// Creates before each configuration's timed run, not counted.
+const WARM_UP: usize = 20;
+
+/// The ~15 KB Pod of the webhook benchmark's review (`tests/data/pod-create-replicaset.json`,
+/// its first container's environment grown), as a client creates it: no owner, the namespace's
+/// `default` ServiceAccount.
+pub fn pod() -> Result<Pod> {
+    Ok(serde_json::from_value(pod_json()?)?)
+}
+
+pub fn pod_json() -> Result<Value> {
+    let review = review_json()?;
+    let mut pod = review["request"]["object"].clone();
+    let meta = pod["metadata"]
+        .as_object_mut()
+        .ok_or("fixture Pod without metadata")?;
+    meta.remove("ownerReferences");
+    meta.remove("managedFields");
+    meta.remove("creationTimestamp");
+    pod.as_object_mut()
+        .ok_or("fixture Pod not an object")?
+        .remove("status");
+    pod["spec"]["serviceAccountName"] = "default".into();
+    pod["spec"]["serviceAccount"] = "default".into();
+    Ok(pod)
+}
+
+/// The webhook benchmark's review: the ReplicaSet Pod fixture with its first container's
+/// environment grown until the review is 15 KB.
+pub fn review_json() -> Result<Value> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/pod-create-replicaset.json"
+    );
+    let mut review: Value = serde_json::from_slice(&std::fs::read(path)?)?;
+    let mut i = 0;
+    while serde_json::to_vec(&review)?.len() < 15 * 1024 {
+        let env = review["request"]["object"]["spec"]["containers"][0]["env"]
+            .as_array_mut()
+            .ok_or("fixture container has no env list")?;
+        env.push(json!({"name": format!("SETTING_{i}"), "value": format!("value-of-setting-number-{i}")}));
+        i += 1;
+    }
+    Ok(review)
+}
+
+/// Whether admission gave the Pod a pull secret.
+pub fn mutated(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.image_pull_secrets.as_ref())
+        .is_some_and(|r| !r.is_empty())
+}
+
+struct Samples {
+    took: Vec<Duration>,
+    wrong: usize,
+    refused: usize,
+}
+
+/// `count` creates with `clients` clients in flight.
+async fn creates(
+    pods: &Api<Pod>,
+    body: &Pod,
+    count: usize,
+    clients: usize,
+    mutates: bool,
+) -> Samples {
+    let results: Vec<_> = stream::iter(0..count)
+        .map(|_| async move {
+            let sent = Instant::now();
+            let created = pods.create(&PostParams::default(), body).await;
+            (sent.elapsed(), created)
+        })
+        .buffer_unordered(clients)
+        .collect()
+        .await;
+    let mut samples = Samples {
+        took: Vec::with_capacity(count),
+        wrong: 0,
+        refused: 0,
+    };
+    for (took, created) in results {
+        match created {
+            Ok(pod) => {
+                if mutated(&pod) != mutates {
+                    samples.wrong += 1;
+                }
+                samples.took.push(took);
+            }
+            Err(_) => samples.refused += 1,
+        }
+    }
+    samples
+}
+
+pub async fn run(bench: &mut Bench, args: &Args) -> Result<Value> {
+    let body = pod()?;
+    eprintln!(
+        "[peers] latency: Pod of {} bytes, {} rounds × {} sequential + {} at {} clients per configuration",
+        serde_json::to_vec(&body)?.len(),
+        args.rounds,
+        args.pods,
+        args.concurrent_pods,
+        args.concurrency
+    );
+    let configs = bench.configs.clone();
+    let mut out = serde_json::Map::new();
+    for (mode, clients, count) in [
+        ("sequential", 1, args.pods),
+        ("concurrent", args.concurrency, args.concurrent_pods),
+    ] {
+        let mut all: Vec<Vec<Duration>> = vec![Vec::new(); configs.len()];
+        let mut wrong = vec![0; configs.len()];
+        let mut refused = vec![0; configs.len()];
+        for round in 0..args.rounds {
+            // Alternate, and rotate the order each round.
+            for k in 0..configs.len() {
+                let i = (k + round) % configs.len();
+                let c = &configs[i];
+                for s in &mut bench.servers {
+                    s.check_running()?;
+                }
+                let pods: Api<Pod> = Api::namespaced(bench.client.clone(), &c.namespace);
+                creates(&pods, &body, WARM_UP, clients, c.mutates).await;
+                let started = Instant::now();
+                let s = creates(&pods, &body, count, clients, c.mutates).await;
+                let mut sorted = s.took.clone();
+                sorted.sort();
+                eprintln!(
+                    "[peers] latency {mode} round {round} {:>8}: p50 {:.2} ms p99 {:.2} ms ({} creates in {:.1?}, {} not as expected, {} refused)",
+                    c.name,
+                    quantile_ms(&sorted, 0.5),
+                    quantile_ms(&sorted, 0.99),
+                    sorted.len(),
+                    started.elapsed(),
+                    s.wrong,
+                    s.refused
+                );
+                all[i].extend(s.took);
+                wrong[i] += s.wrong;
+                refused[i] += s.refused;
+                pods.delete_collection(&DeleteParams::default(), &ListParams::default())
+                    .await?;
+            }
+        }
+        let mut table = serde_json::Map::new();
+        let mut none = [f64::NAN; 3];
+        for (i, c) in configs.iter().enumerate() {
+            all[i].sort();
+            let q = [0.5, 0.99, 0.999].map(|q| quantile_ms(&all[i], q));
+            if c.name == "none" {
+                none = q;
+            }
+            table.insert(
+                c.name.to_owned(),
+                json!({
+                    "samples": all[i].len(),
+                    "p50_ms": q[0], "p99_ms": q[1], "p999_ms": q[2],
+                    "added_p50_ms": q[0] - none[0],
+                    "added_p99_ms": q[1] - none[1],
+                    "added_p999_ms": q[2] - none[2],
+                    "not_as_expected": wrong[i],
+                    "refused": refused[i],
+                }),
+            );
+            eprintln!(
+                "[peers] latency {mode} {:>8}: p50 {:.2} p99 {:.2} p999 {:.2} ms; added p50 {:+.2} p99 {:+.2} p999 {:+.2} ms ({} samples, {} not as expected, {} refused)",
+                c.name,
+                q[0],
+                q[1],
+                q[2],
+                q[0] - none[0],
+                q[1] - none[1],
+                q[2] - none[2],
+                all[i].len(),
+                wrong[i],
+                refused[i]
+            );
+        }
+        table.insert("clients".into(), json!(clients));
+        out.insert(mode.to_owned(), Value::Object(table));
+    }
+    Ok(Value::Object(out))
+}
