@@ -3,12 +3,13 @@ use std::process::ExitCode;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = cheiron::cli::Cli::parse_env();
+    let failure = cli.failure_code();
     match cli.run().await {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             // One clear line, every cause said once.
             eprintln!("cheiron: {}", cheiron::cli::error_line(&e));
-            ExitCode::FAILURE
+            ExitCode::from(failure)
         }
     }
 }

@@ -180,3 +180,20 @@ fn explain_on_a_cluster_without_the_crds_says_how_to_install_them() -> TestResul
     );
     Ok(())
 }
+
+#[test]
+fn audit_without_a_kubeconfig_fails_in_one_line_with_exit_code_2() -> TestResult {
+    let out = run(&cheiron(), &["audit", "-A"], None)?;
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "2 is an error, 1 means findings"
+    );
+    let err = String::from_utf8(out.stderr)?;
+    assert!(
+        err.starts_with("cheiron: cannot reach the cluster (set KUBECONFIG or run in a Pod): "),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    Ok(())
+}

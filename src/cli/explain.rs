@@ -59,10 +59,8 @@ fn kind(word: &str) -> anyhow::Result<SubjectKind> {
 }
 
 /// A client from the kubeconfig (or the Pod's ServiceAccount) and its default namespace.
-pub(super) async fn client() -> anyhow::Result<(kube::Client, String)> {
-    let config = kube::Config::infer()
-        .await
-        .context("cannot reach the cluster (set KUBECONFIG, run in a Pod, or use --from)")?;
+pub(super) async fn client(hint: &'static str) -> anyhow::Result<(kube::Client, String)> {
+    let config = kube::Config::infer().await.context(hint)?;
     let namespace = config.default_namespace.clone();
     let client = kube::Client::try_from(config).context("cannot build the Kubernetes client")?;
     Ok((client, namespace))
@@ -82,7 +80,9 @@ impl ExplainArgs {
                 bail!("give pod NAME or serviceaccount NAME (or --from PATH FILE offline)");
             };
             let kind = kind(word)?;
-            let (client, default_namespace) = client().await?;
+            let (client, default_namespace) =
+                client("cannot reach the cluster (set KUBECONFIG, run in a Pod, or use --from)")
+                    .await?;
             let namespace = namespace.unwrap_or(default_namespace);
             vec![source::live(&client, kind, &namespace, name).await?]
         } else {

@@ -1,6 +1,7 @@
 //! The `cheiron` command line (docs/design.md §6). Each subcommand's `Args::run` destructures every
 //! field, so a new flag cannot be silently ignored.
 
+mod audit;
 mod controller;
 mod explain;
 mod manifests;
@@ -9,6 +10,7 @@ mod webhook;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+pub use audit::AuditArgs;
 pub use controller::{ControllerArgs, ControllerCommand, RunCommand};
 pub use explain::{ExplainArgs, ReportFormat};
 pub use manifests::ManifestsArgs;
@@ -79,6 +81,8 @@ enum Command {
     Mutate(MutateArgs),
     /// Why a Pod or ServiceAccount has (or lacks) each pull secret, manager by manager.
     Explain(ExplainArgs),
+    /// Pods and ServiceAccounts lacking what policy wants; exit 0 clean, 1 findings, 2 error.
+    Audit(AuditArgs),
     /// Print both CustomResourceDefinitions as YAML.
     Crds,
     /// Print (or write with --out) the plain manifests for installing without Helm.
@@ -104,8 +108,16 @@ impl Cli {
         Self::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
     }
 
-    /// Runs the chosen command.
-    pub async fn run(self) -> anyhow::Result<()> {
+    /// The exit code of a failure of the chosen command: 2 for `audit` (1 means findings).
+    pub fn failure_code(&self) -> u8 {
+        match self.command {
+            Command::Audit(_) => 2,
+            _ => 1,
+        }
+    }
+
+    /// Runs the chosen command; returns the exit code of a success (`audit`: 1 with findings).
+    pub async fn run(self) -> anyhow::Result<u8> {
         let Self { log, command } = self;
         log.init()?;
         match command {
@@ -114,12 +126,16 @@ impl Cli {
             Command::Run(args) => args.run(shutdown_on_signal()?).await,
             Command::Mutate(args) => args.run(&mut std::io::stdout().lock()),
             Command::Explain(args) => args.run(&mut std::io::stdout()).await,
+            Command::Audit(args) => {
+                return Ok(u8::from(args.run(&mut std::io::stdout()).await?));
+            }
             Command::Crds => {
                 print!("{}", crate::api::crds_yaml()?);
                 Ok(())
             }
             Command::Manifests(args) => args.run(&mut std::io::stdout().lock()),
         }
+        .map(|()| 0)
     }
 }
 

@@ -7,6 +7,7 @@ use cheiron_harness as harness;
 /// The cheiron these tests start their cluster with.
 const CHEIRON: harness::Cheiron = harness::cheiron!();
 
+mod audit;
 mod crd_schema;
 mod explain;
 mod failure_policy;

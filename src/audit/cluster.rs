@@ -1,0 +1,168 @@
+//! `cheiron audit`'s reads: Pods and ServiceAccounts page by page (limit/continue), the
+//! Namespaces' metadata, the managers, the owners of Pods (ReplicaSets as metadata), and
+//! whether the webhook is registered. Secrets are never read.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::{
+    admissionregistration::v1::MutatingWebhookConfiguration,
+    apps::v1::ReplicaSet,
+    core::v1::{Namespace, Pod, ServiceAccount},
+};
+use kube::{Api, Client, ResourceExt, api::ListParams};
+use serde::de::DeserializeOwned;
+
+use super::{Finding, Why, lacking, pod_fix, why_pod};
+use crate::{
+    admission::interpret,
+    explain::source::{SourceError, managers},
+    policy::{NamespaceMeta, SubjectKind},
+};
+
+/// Objects read per list request.
+pub const PAGE_SIZE: u32 = 500;
+
+/// The name of cheiron's webhook in its MutatingWebhookConfiguration.
+pub const WEBHOOK_NAME: &str = "inject.cheiron.anny.co";
+
+fn read(what: &str) -> impl FnOnce(kube::Error) -> SourceError {
+    let what = what.to_owned();
+    move |error| SourceError::Read { what, error }
+}
+
+/// Every object of `api`, a page at a time.
+async fn all<K>(api: Api<K>, what: &str) -> Result<Vec<K>, SourceError>
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut items = Vec::new();
+    let mut params = ListParams::default().limit(PAGE_SIZE);
+    loop {
+        let page = api.list(&params).await.map_err(read(what))?;
+        items.extend(page.items);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(items),
+        }
+    }
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// The findings in `namespace` (all namespaces when `None`).
+pub async fn audit(client: &Client, namespace: Option<&str>) -> Result<Vec<Finding>, SourceError> {
+    let managers = managers(client).await?;
+    let namespaces: HashMap<String, NamespaceMeta> =
+        all(Api::<Namespace>::all(client.clone()), "Namespaces")
+            .await?
+            .iter()
+            .map(|n| (n.name_any(), NamespaceMeta::from_metadata(&n.metadata)))
+            .collect();
+    let meta = |ns: &str| {
+        namespaces
+            .get(ns)
+            .cloned()
+            .unwrap_or_else(|| NamespaceMeta::named(ns))
+    };
+    let registered = match Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => list
+            .items
+            .iter()
+            .any(|c| c.webhooks.iter().flatten().any(|w| w.name == WEBHOOK_NAME)),
+        // Not allowed to look: do not blame the webhook.
+        Err(_) => true,
+    };
+    let mut findings = Vec::new();
+    let mut owners = Owners::default();
+    for p in all(api::<Pod>(client, namespace), "Pods").await? {
+        let ns = p.namespace().unwrap_or_default();
+        let object = interpret(&serde_json::to_value(&p)?, SubjectKind::Pod)?;
+        let Some(lacks) = lacking(&object, &meta(&ns), &managers) else {
+            continue;
+        };
+        let wanting: Vec<_> = managers
+            .iter()
+            .filter(|m| lacks.managers.contains(&m.id.to_string()))
+            .map(|m| m.created.clone())
+            .collect();
+        let why = why_pod(p.metadata.creation_timestamp.as_ref(), &wanting, registered);
+        let owner = owners.of(client, &p).await;
+        findings.push(Finding {
+            kind: "Pod",
+            fix: pod_fix(&ns, &p.name_any(), owner.as_deref()),
+            namespace: ns,
+            name: p.name_any(),
+            owner,
+            lacking: lacks,
+            why,
+            reason: why.words(),
+        });
+    }
+    for sa in all(api::<ServiceAccount>(client, namespace), "ServiceAccounts").await? {
+        let ns = sa.namespace().unwrap_or_default();
+        let object = interpret(&serde_json::to_value(&sa)?, SubjectKind::ServiceAccount)?;
+        let Some(lacks) = lacking(&object, &meta(&ns), &managers) else {
+            continue;
+        };
+        findings.push(Finding {
+            kind: "ServiceAccount",
+            fix: "none: the controller backfills it; check the manager's Ready condition (kubectl get clusterimagepullsecretmanagers,imagepullsecretmanagers -A)".into(),
+            namespace: ns,
+            name: sa.name_any(),
+            owner: None,
+            lacking: lacks,
+            why: Why::NotBackfilled,
+            reason: Why::NotBackfilled.words(),
+        });
+    }
+    Ok(findings)
+}
+
+/// The workloads owning Pods, with each ReplicaSet read once (as metadata).
+#[derive(Default)]
+struct Owners(HashMap<(String, String), Option<String>>);
+
+impl Owners {
+    async fn of(&mut self, client: &Client, pod: &Pod) -> Option<String> {
+        let owner = pod
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))?;
+        if owner.kind != "ReplicaSet" {
+            return Some(format!("{}/{}", owner.kind, owner.name));
+        }
+        let ns = pod.namespace().unwrap_or_default();
+        let key = (ns.clone(), owner.name.clone());
+        if let Some(known) = self.0.get(&key) {
+            return known.clone();
+        }
+        let rs = Api::<ReplicaSet>::namespaced(client.clone(), &ns)
+            .get_metadata_opt(&owner.name)
+            .await
+            .ok()
+            .flatten();
+        let found = Some(
+            rs.and_then(|rs| {
+                rs.owner_references()
+                    .iter()
+                    .find(|o| o.controller == Some(true))
+                    .map(|o| format!("{}/{}", o.kind, o.name))
+            })
+            .unwrap_or_else(|| format!("ReplicaSet/{}", owner.name)),
+        );
+        self.0.insert(key, found.clone());
+        found
+    }
+}

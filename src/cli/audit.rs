@@ -1,0 +1,82 @@
+//! `cheiron audit`: the Pods and ServiceAccounts that lack what policy says they should
+//! have (docs/design.md §6). Exit 0 when clean, 1 with findings, 2 on error.
+
+use std::io::Write;
+
+use clap::Args;
+
+use super::explain::{ReportFormat, client};
+use crate::{
+    audit::{Finding, cluster::audit},
+    explain::render::table,
+};
+
+/// Arguments of `cheiron audit`.
+#[derive(Args, Debug)]
+pub struct AuditArgs {
+    /// Namespace to audit (default: the kubeconfig context's).
+    #[arg(
+        long,
+        short = 'n',
+        env = "CHEIRON_NAMESPACE",
+        conflicts_with = "all_namespaces"
+    )]
+    namespace: Option<String>,
+    /// Audit every namespace.
+    #[arg(long, short = 'A')]
+    all_namespaces: bool,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = ReportFormat::Text, env = "CHEIRON_OUTPUT")]
+    output: ReportFormat,
+}
+
+impl AuditArgs {
+    /// Audits and writes the findings to `out`; true when there are findings.
+    pub async fn run(self, out: &mut dyn Write) -> anyhow::Result<bool> {
+        let Self {
+            namespace,
+            all_namespaces,
+            output,
+        } = self;
+        let (client, default_namespace) =
+            client("cannot reach the cluster (set KUBECONFIG or run in a Pod)").await?;
+        let scope = (!all_namespaces).then(|| namespace.unwrap_or(default_namespace));
+        let findings = audit(&client, scope.as_deref()).await?;
+        match output {
+            ReportFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&findings)?)?,
+            ReportFormat::Text => write!(out, "{}", text(&findings))?,
+        }
+        Ok(!findings.is_empty())
+    }
+}
+
+fn text(findings: &[Finding]) -> String {
+    if findings.is_empty() {
+        return "No findings: every Pod and ServiceAccount has what policy wants.\n".into();
+    }
+    let mut rows = vec![
+        [
+            "KIND",
+            "NAMESPACE",
+            "NAME",
+            "OWNER",
+            "MISSING",
+            "WHY",
+            "FIX",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    rows.extend(findings.iter().map(|f| {
+        vec![
+            f.kind.to_owned(),
+            f.namespace.clone(),
+            f.name.clone(),
+            f.owner.clone().unwrap_or_else(|| "-".into()),
+            f.lacking.missing.join(","),
+            f.reason.to_owned(),
+            f.fix.clone(),
+        ]
+    }));
+    table(&rows)
+}
