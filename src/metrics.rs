@@ -3,6 +3,8 @@
 //! Every label value is a `&'static str` from a closed set, so nothing a client sends can
 //! create new time series.
 
+mod operations;
+
 use std::time::Duration;
 
 use prometheus_client::{
@@ -12,6 +14,8 @@ use prometheus_client::{
 };
 
 use crate::{admission::Outcome, policy::ManagerKind};
+
+pub use operations::{ManagerReadiness, Operations};
 
 /// The `Content-Type` of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -260,6 +264,8 @@ pub struct Metrics {
     pub audit_findings: Gauge,
     /// Credential-provider metrics.
     pub credentials: CredentialMetrics,
+    /// Readiness, leadership and managers not `Ready`: what the alerts watch.
+    pub operations: Operations,
 }
 
 /// Labels of `cheiron_credential_expiry_timestamp_seconds`. The provider names come from the
@@ -436,6 +442,33 @@ impl Metrics {
             credentials.calls.clone(),
         );
 
+        // The series alerts watch exist from the start, at 0 (docs/alerts.md).
+        for kind in [ManagerKind::Namespaced, ManagerKind::Cluster] {
+            for error in crate::controller::ControllerError::KINDS {
+                let _guard = reconcile.errors.get_or_create(&ReconcileErrorLabels {
+                    kind: kind.as_str(),
+                    error,
+                });
+            }
+        }
+        let operations = Operations::default();
+        operations.managers.start();
+        registry.register(
+            "ready",
+            "1 while /readyz answers 200, 0 while it answers 503",
+            operations.ready.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this controller replica runs the reconcilers, 0 while it stands by",
+            operations.leader.clone(),
+        );
+        registry.register(
+            "managers_not_ready",
+            "Managers whose last written status is not Ready, by kind",
+            operations.managers.family(),
+        );
+
         Self {
             registry,
             admission,
@@ -444,6 +477,7 @@ impl Metrics {
             certificate_expiry,
             audit_findings,
             credentials,
+            operations,
         }
     }
 

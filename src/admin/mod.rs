@@ -160,6 +160,9 @@ async fn metrics(State(state): State<AdminState>, headers: HeaderMap) -> Respons
     {
         return refusal;
     }
+    // Read at scrape time, like the certificate below: the alerts watch it.
+    let ready = !state.shutdown.is_cancelled() && state.ready.is_ready();
+    state.metrics.operations.ready.set(i64::from(ready));
     if let Some(certificate) = &state.certificate {
         // Read at scrape time, so a reloaded certificate shows without any bookkeeping.
         state

@@ -192,6 +192,7 @@ impl ControllerArgs {
             ..ControllerOptions::default()
         };
         if no_leader_election || !leader_election {
+            metrics.operations.leader.set(1);
             controller::run(client, options, metrics, ready, shutdown).await?;
             return Ok(());
         }
@@ -217,6 +218,8 @@ impl ControllerArgs {
                     errors.clone(),
                 );
                 async move {
+                    metrics.operations.leader.set(1);
+                    let leading = metrics.clone();
                     if let Err(e) =
                         controller::run(client, options, metrics, ready.clone(), term).await
                     {
@@ -226,6 +229,9 @@ impl ControllerArgs {
                         }
                     }
                     // Back to standing by.
+                    leading.operations.leader.set(0);
+                    leading.operations.managers.clear();
+                    leading.audit_findings.set(0);
                     ready.set(true);
                 }
             })

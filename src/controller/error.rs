@@ -25,6 +25,11 @@ pub enum ControllerError {
 }
 
 impl ControllerError {
+    /// Every name [`ControllerError::kind`] can return: the metrics start each at 0, so an
+    /// alert's `rate()` sees the first error.
+    pub const KINDS: [&'static str; 5] =
+        ["api", "invalid_manager", "finalizer", "cleanup", "start"];
+
     /// A short fixed name for the `error` label of `cheiron_reconcile_errors_total`.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -255,6 +255,13 @@ async fn write_status<K: ManagerObject>(
     let previous = manager.current_status();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let next = status::status(findings, previous, now);
+    ctx.metrics.operations.managers.record(
+        K::KIND,
+        &manager_key(manager),
+        next.conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True"),
+    );
     if previous == Some(&next) {
         return Ok(());
     }
@@ -298,7 +305,19 @@ async fn write_status<K: ManagerObject>(
     Ok(())
 }
 
+/// A manager's `namespace/name` (or `name`), the key of its readiness gauge.
+fn manager_key<K: ManagerObject>(manager: &K) -> String {
+    match manager.namespace() {
+        Some(namespace) => format!("{namespace}/{}", manager.name_any()),
+        None => manager.name_any(),
+    }
+}
+
 async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, ControllerError> {
+    ctx.metrics
+        .operations
+        .managers
+        .forget(K::KIND, &manager_key(manager));
     let id = ManagerId {
         kind: K::KIND,
         namespace: manager.namespace(),
