@@ -401,7 +401,11 @@ fn path_finds_the_command_names_the_chart_and_plain_manifests_run() -> TestResul
                     commands.push(list.trim_end_matches(']').to_owned());
                 } else if line == "command:" {
                     let next = lines.next().unwrap_or_default();
-                    commands.push(next.trim_start_matches("- ").to_owned());
+                    // A command taken from values (`{{ … }}`) runs an image the operator
+                    // names (the credential-provider plugins' init container), not cheiron's.
+                    if !next.starts_with("{{") {
+                        commands.push(next.trim_start_matches("- ").to_owned());
+                    }
                 }
             }
         }
