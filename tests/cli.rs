@@ -1,6 +1,9 @@
 //! `cheiron mutate` and `cheiron crds` as a user runs them: the real binary, the bundled
 //! examples, one-line errors and exit codes.
 
+#[path = "support/crdless_cluster.rs"]
+mod crdless_cluster;
+
 use std::{
     io::Write,
     path::PathBuf,
@@ -200,48 +203,10 @@ fn controller_without_a_kubeconfig_fails_in_one_line_saying_so_once() -> TestRes
     Ok(())
 }
 
-/// Answers every HTTP request on a loopback port with a plain-text 404, as kube-apiserver
-/// does for an API group it does not serve. Serves `requests` requests, then stops.
-fn plain_404_server(requests: usize) -> std::io::Result<u16> {
-    use std::io::{BufRead, BufReader};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let port = listener.local_addr()?.port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().take(requests).flatten() {
-            let mut reader = BufReader::new(&stream);
-            let mut line = String::new();
-            // Read the request head; the probe is a GET without a body.
-            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
-                line.clear();
-            }
-            let body = "404 page not found\n";
-            let _ = (&stream).write_all(
-                format!(
-                    "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain; charset=utf-8\r\n\
-                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                )
-                .as_bytes(),
-            );
-        }
-    });
-    Ok(port)
-}
-
 #[test]
 fn webhook_and_controller_on_a_cluster_without_the_crds_say_how_to_install_them() -> TestResult {
-    let port = plain_404_server(8)?;
     let dir = tempfile::tempdir()?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
-             clusters: [{{name: c, cluster: {{server: \"http://127.0.0.1:{port}\"}}}}]\n\
-             users: [{{name: u, user: {{}}}}]\n\
-             contexts: [{{name: c, context: {{cluster: c, user: u}}}}]\n"
-        ),
-    )?;
+    let kubeconfig = crdless_cluster::kubeconfig(dir.path(), 8)?;
     let expected = "cheiron: the cluster does not serve ImagePullSecretManager \
                     (cheiron.anny.co/v1alpha1): install the CRDs first, e.g. \
                     `cheiron crds | kubectl apply -f -`\n";

@@ -2,8 +2,10 @@
 //! name, and the one-line errors for no kubeconfig and a cluster without the CRDs.
 //! Regenerate the goldens with `CHEIRON_UPDATE_GOLDENS=1 cargo test --test explain_cli`.
 
+#[path = "support/crdless_cluster.rs"]
+mod crdless_cluster;
+
 use std::{
-    io::{BufRead, BufReader, Write},
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},
 };
@@ -131,46 +133,10 @@ fn explain_of_a_kind_it_does_not_know_says_what_it_takes() -> TestResult {
     Ok(())
 }
 
-/// Answers every request with a plain-text 404, as kube-apiserver does for an API group it
-/// does not serve.
-fn plain_404_server(requests: usize) -> std::io::Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let port = listener.local_addr()?.port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().take(requests).flatten() {
-            let mut reader = BufReader::new(&stream);
-            let mut line = String::new();
-            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
-                line.clear();
-            }
-            let body = "404 page not found\n";
-            let _ = (&stream).write_all(
-                format!(
-                    "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain; charset=utf-8\r\n\
-                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                )
-                .as_bytes(),
-            );
-        }
-    });
-    Ok(port)
-}
-
 #[test]
 fn explain_on_a_cluster_without_the_crds_says_how_to_install_them() -> TestResult {
-    let port = plain_404_server(4)?;
     let dir = tempfile::tempdir()?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
-             clusters: [{{name: c, cluster: {{server: \"http://127.0.0.1:{port}\"}}}}]\n\
-             users: [{{name: u, user: {{}}}}]\n\
-             contexts: [{{name: c, context: {{cluster: c, user: u}}}}]\n"
-        ),
-    )?;
+    let kubeconfig = crdless_cluster::kubeconfig(dir.path(), 4)?;
     let out = run(&cheiron(), &["explain", "pod", "web"], Some(&kubeconfig))?;
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
