@@ -418,12 +418,27 @@ where
 /// Runs `tests/k8s/assets` and returns the directory it prints. Its stderr (build progress)
 /// is passed through live and quoted in the error.
 fn assets() -> Result<PathBuf> {
+    assets_script(
+        &[],
+        "the end-to-end tests need etcd, kube-apiserver and kube-controller-manager",
+        "Install Go (>= 1.26; the binaries are built once from the Go module proxy and cached) \
+         or set CHEIRON_K8S_ASSETS to a directory holding etcd, kube-apiserver and kube-controller-manager.",
+    )
+}
+
+/// Runs `tests/k8s/assets ARGS` and returns the path it prints. Its progress goes straight to
+/// the terminal (cargo test's capture covers only the print macros, and a first build takes
+/// minutes); on failure the error says what the tests `need`, quotes that progress, and ends
+/// with the `remedy`.
+pub(crate) fn assets_script(args: &[&str], need: &str, remedy: &str) -> Result<PathBuf> {
     // This crate is `tests/harness/`.
     let tests = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .ok_or("the harness crate has no parent directory")?;
     let script = tests.join("k8s/assets");
+    let command = format!("{} {}", script.display(), args.join(" "));
     let mut child = Command::new(&script)
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -435,8 +450,6 @@ fn assets() -> Result<PathBuf> {
             .lines()
             .map_while(std::result::Result::ok)
         {
-            // Straight to the terminal: cargo test's capture only covers the print macros,
-            // and a first build takes minutes.
             let _ = writeln!(std::io::stderr(), "{line}");
             stderr_lines.push(line);
         }
@@ -446,18 +459,15 @@ fn assets() -> Result<PathBuf> {
         out.read_to_string(&mut stdout)?;
     }
     let status = child.wait()?;
-    let dir = PathBuf::from(stdout.trim());
     if !status.success() || stdout.trim().is_empty() {
         return Err(format!(
-            "the end-to-end tests need etcd, kube-apiserver and kube-controller-manager, and {} could not provide them ({status}):\n{}\n\
-             Install Go (>= 1.26; the binaries are built once from the Go module proxy and cached) \
-             or set CHEIRON_K8S_ASSETS to a directory holding etcd, kube-apiserver and kube-controller-manager.",
-            script.display(),
+            "{need}, and {} could not provide it ({status}):\n{}\n{remedy}",
+            command.trim_end(),
             stderr_lines.join("\n")
         )
         .into());
     }
-    Ok(dir)
+    Ok(PathBuf::from(stdout.trim()))
 }
 
 /// `N` distinct free loopback ports (all bound at once, so they differ, then released).

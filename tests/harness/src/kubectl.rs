@@ -5,7 +5,7 @@
 //! live object).
 
 use std::{
-    io::{BufRead, BufReader, Write},
+    io::Write,
     path::{Path, PathBuf},
     process::{Command, Stdio},
     sync::OnceLock,
@@ -107,41 +107,10 @@ fn binary() -> Result<PathBuf> {
 }
 
 fn build() -> Result<PathBuf> {
-    // This crate is `tests/harness/`.
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("the harness crate has no parent directory")?
-        .join("k8s/assets");
-    let mut child = Command::new(&script)
-        .arg("kubectl")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-    let mut stderr_lines = Vec::new();
-    if let Some(stderr) = child.stderr.take() {
-        for line in BufReader::new(stderr)
-            .lines()
-            .map_while(std::result::Result::ok)
-        {
-            // Straight to the terminal: a first build takes a minute or more.
-            let _ = writeln!(std::io::stderr(), "{line}");
-            stderr_lines.push(line);
-        }
-    }
-    let out = child.wait_with_output()?;
-    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    if !out.status.success() || path.as_os_str().is_empty() {
-        return Err(format!(
-            "the GitOps tests need kubectl, and {} kubectl could not provide it ({}):\n{}\n\
-             Install Go (>= 1.26; kubectl is built once from the Go module proxy and cached) \
-             or set CHEIRON_KUBECTL to a kubectl of the control plane's version.",
-            script.display(),
-            out.status,
-            stderr_lines.join("\n")
-        )
-        .into());
-    }
-    Ok(path)
+    crate::control_plane::assets_script(
+        &["kubectl"],
+        "the GitOps tests need kubectl",
+        "Install Go (>= 1.26; kubectl is built once from the Go module proxy and cached) \
+         or set CHEIRON_KUBECTL to a kubectl of the control plane's version.",
+    )
 }
