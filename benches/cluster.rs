@@ -8,18 +8,26 @@
 //!    (the controller's write concurrency), measured before and after;
 //! 3. steady state: resourceVersions of every cheiron Secret, every manager and every
 //!    ServiceAccount before and after a window longer than one resync: changes counted;
-//! 4. webhook memory: the controller is stopped, the cluster is topped up to 10 000 namespaces
+//! 4. credential-provider rotation (docs/credential-providers.md): a cluster manager whose
+//!    entry is a `credentialProvider`, served by the fake plugin
+//!    (`tests/support/fake_credential_provider.rs`) with a short `cacheDuration`, in the same
+//!    1 000 namespaces: plugin calls and Secret writes per rotation, and plugin call → a watch
+//!    saw all copies updated, against the bare client's writes in the same run (alternating);
+//! 5. webhook memory: the controller is stopped, the cluster is topped up to 10 000 namespaces
 //!    and 1 000 managers, a fresh `cheiron webhook` in cluster mode is started, and its VmRSS
 //!    is sampled once `/readyz` is 200 (its caches have listed everything).
 //!
-//! Run: `cargo bench --bench cluster`. Progress goes to stderr, the results table to stdout.
+//! Run: `cargo bench --bench cluster`, or only some phases with
+//! `cargo bench --bench cluster -- --phases latency,rotation,steady,provider,memory` (the
+//! rotation namespaces are created by whichever of `rotation` and `provider` runs first).
+//! Progress goes to stderr, the results table to stdout.
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     fmt::Write as _,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use cheiron::api::{ClusterImagePullSecretManager, ImagePullSecretManager};
@@ -68,6 +76,42 @@ const TARGET: &str = "bench.cheiron.anny.co/target";
 /// Label on the bare client's Secrets.
 const BARE: &str = "bench.cheiron.anny.co/bare";
 const DOCKER_CONFIG_JSON: &str = "kubernetes.io/dockerconfigjson";
+/// The fake plugin's `cacheDuration`, in seconds: the credential is fetched again after about
+/// half of it (`REFRESH_FRACTION` of `src/credential/refresh.rs`, ±10 %), which leaves room
+/// for one bare-client run and a quiet controller between two rotations.
+const PROVIDER_CACHE_SECONDS: u64 = 40;
+/// The provider (and plugin file) name, and the image its manager entry names.
+const PROVIDER: &str = "bench-provider";
+const PROVIDER_IMAGE: &str = "provider.bench.example.com/team/app";
+/// Every phase, in the order they run.
+const PHASES: [&str; 5] = ["latency", "rotation", "steady", "provider", "memory"];
+
+/// The phases `--phases a,b` names (all without it); `cargo bench` adds `--bench`.
+fn phases() -> Result<Vec<String>> {
+    let mut chosen: Option<Vec<String>> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--bench" => {}
+            "--phases" => {
+                let list = args.next().ok_or("--phases needs a value")?;
+                let names: Vec<String> = list.split(',').map(str::to_owned).collect();
+                if let Some(bad) = names.iter().find(|n| !PHASES.contains(&n.as_str())) {
+                    return Err(
+                        format!("unknown phase {bad:?}; phases: {}", PHASES.join(",")).into(),
+                    );
+                }
+                chosen = Some(names);
+            }
+            other => {
+                return Err(
+                    format!("unknown argument {other:?} (--phases {})", PHASES.join(",")).into(),
+                );
+            }
+        }
+    }
+    Ok(chosen.unwrap_or_else(|| PHASES.iter().map(|p| (*p).to_owned()).collect()))
+}
 
 fn main() -> Result {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -93,6 +137,8 @@ fn row(metric: &str, value: String, target: &str, met: Option<bool>) -> Row {
 }
 
 async fn run() -> Result {
+    let phases = phases()?;
+    let runs = |phase: &str| phases.iter().any(|p| p == phase);
     let started = Instant::now();
     eprintln!("[bench] starting the cluster (etcd, kube-apiserver, kcm, shared webhook)…");
     let scenario = Scenario::new(harness::cheiron!(), "bench").await?;
@@ -104,9 +150,22 @@ async fn run() -> Result {
         cluster.dir.display()
     );
 
+    let plugin = FakePlugin::install(&cluster.dir.join("credential-providers"))?;
+    let (config, bin) = (
+        plugin.config.display().to_string(),
+        plugin.bin.display().to_string(),
+    );
     let controller = CheironProcess::controller(
         "bench-controller",
-        &["--no-leader-election", "--resync", RESYNC],
+        &[
+            "--no-leader-election",
+            "--resync",
+            RESYNC,
+            "--credential-provider-config",
+            &config,
+            "--credential-provider-bin-dir",
+            &bin,
+        ],
     )?;
     controller
         .wait_for_admin_status("/readyz", 200, READY_WITHIN)
@@ -119,15 +178,29 @@ async fn run() -> Result {
     let sources = create_namespace(&client, &format!("{}-sources", scenario.id()), &[]).await?;
 
     let mut rows = Vec::new();
-    rows.extend(latency(&scenario, &client, &sources).await?);
-    rows.extend(rotation(&scenario, &client, &sources, &controller).await?);
-    rows.extend(steady_state(&client, &controller).await?);
+    if runs("latency") {
+        rows.extend(latency(&scenario, &client, &sources).await?);
+    }
+    let mut bare_ready = false;
+    if runs("rotation") {
+        rotation_namespaces(&scenario, &client, &mut bare_ready).await?;
+        rows.extend(rotation(&scenario, &client, &sources, &controller).await?);
+    }
+    if runs("steady") {
+        rows.extend(steady_state(&client, &controller).await?);
+    }
+    if runs("provider") {
+        rotation_namespaces(&scenario, &client, &mut bare_ready).await?;
+        rows.extend(provider_rotation(&scenario, &client, &controller, &plugin).await?);
+    }
 
     eprintln!("[bench] stopping the controller");
     let controller_stopped = tokio::task::spawn_blocking(move || controller.stop()).await?;
     eprintln!("[bench] controller exited: {controller_stopped:?}");
 
-    rows.extend(memory(&scenario, &client).await?);
+    if runs("memory") {
+        rows.extend(memory(&scenario, &client).await?);
+    }
 
     let mut table = String::new();
     writeln!(table, "| metric | value | target | met |")?;
@@ -150,7 +223,7 @@ async fn run() -> Result {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 2. new namespace → Secret present
+// 1. new namespace → Secret present
 
 async fn latency(scenario: &Scenario, client: &Client, sources: &str) -> Result<Vec<Row>> {
     eprintln!("[bench] latency: new namespace → Secret present, {LATENCY_NAMESPACES} namespaces");
@@ -233,17 +306,15 @@ fn ms(d: Duration) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 3. rotation
+// 2. rotation
 
-async fn rotation(
-    scenario: &Scenario,
-    client: &Client,
-    sources: &str,
-    controller: &CheironProcess,
-) -> Result<Vec<Row>> {
+/// Creates the [`ROTATION_NAMESPACES`] namespaces labelled `TARGET=rotation` and the bare
+/// client's Secret in each, once.
+async fn rotation_namespaces(scenario: &Scenario, client: &Client, done: &mut bool) -> Result {
+    if *done {
+        return Ok(());
+    }
     eprintln!("[bench] rotation: creating {ROTATION_NAMESPACES} namespaces");
-    create_source(client, sources, "rotation-pull", "rotation-v1").await?;
-    let manager = format!("{}-rotation", scenario.id());
     let id = scenario.id().to_owned();
     let namespaces: Vec<String> = (0..ROTATION_NAMESPACES)
         .map(|i| format!("{id}-rot-{i}"))
@@ -264,7 +335,18 @@ async fn rotation(
         .buffer_unordered(CREATE_CONCURRENCY)
         .try_collect::<Vec<_>>()
         .await?;
+    *done = true;
+    Ok(())
+}
 
+async fn rotation(
+    scenario: &Scenario,
+    client: &Client,
+    sources: &str,
+    controller: &CheironProcess,
+) -> Result<Vec<Row>> {
+    create_source(client, sources, "rotation-pull", "rotation-v1").await?;
+    let manager = format!("{}-rotation", scenario.id());
     eprintln!("[bench] rotation: applying the manager, waiting for {ROTATION_NAMESPACES} copies");
     apply_cluster_manager(scenario, &manager, "rotation", sources, "rotation-pull").await?;
     let v1 = docker_config("rotation-v1");
@@ -372,8 +454,11 @@ async fn rotate_once(
     sources: &str,
     password: &str,
 ) -> Result<(Duration, Duration)> {
-    let observer =
-        Observer::start(client, copies_selector(manager), docker_config(password)).await?;
+    let expected = docker_config(password);
+    let observer = Observer::start(client, copies_selector(manager), move |s| {
+        holds(s, &expected)
+    })
+    .await?;
     let rotated = Instant::now();
     replace_source(client, sources, "rotation-pull", password).await?;
     let (first, done) = observer.done().await?;
@@ -430,7 +515,9 @@ async fn bare_replace(client: &Client, password: &str) -> Result<(Duration, Dura
         .into());
     }
     let content = docker_config(password);
-    let observer = Observer::start(client, format!("{BARE}=true"), content.clone()).await?;
+    let expected = content.clone();
+    let observer =
+        Observer::start(client, format!("{BARE}=true"), move |s| holds(s, &expected)).await?;
     let started = Instant::now();
     stream::iter(secrets)
         .map(|mut secret| {
@@ -451,7 +538,7 @@ async fn bare_replace(client: &Client, password: &str) -> Result<(Duration, Dura
 }
 
 /// A watch on the Secrets matching a selector that notes when all
-/// [`ROTATION_NAMESPACES`] of them hold `expected`.
+/// [`ROTATION_NAMESPACES`] of them are `expected`.
 struct Observer {
     first: oneshot::Receiver<Instant>,
     done: oneshot::Receiver<Instant>,
@@ -461,7 +548,11 @@ struct Observer {
 impl Observer {
     /// Starts the watch and returns once its initial list is delivered, so that no later
     /// change is missed.
-    async fn start(client: &Client, selector: String, expected: Value) -> Result<Self> {
+    async fn start(
+        client: &Client,
+        selector: String,
+        expected: impl Fn(&Secret) -> bool + Send + 'static,
+    ) -> Result<Self> {
         let (synced_tx, synced_rx) = oneshot::channel::<()>();
         let (done_tx, done) = oneshot::channel::<Instant>();
         let (first_tx, first) = oneshot::channel::<Instant>();
@@ -474,7 +565,7 @@ impl Observer {
             selector,
             move |secret| {
                 let ns = secret.namespace().unwrap_or_default();
-                if holds(secret, &expected) {
+                if expected(secret) {
                     if let Some(tx) = first_tx.take() {
                         let _ = tx.send(Instant::now());
                     }
@@ -498,6 +589,11 @@ impl Observer {
             .await
             .map_err(|_| "the Secrets' watch did not sync within 60 s")??;
         Ok(Self { first, done, watch })
+    }
+
+    /// Stops watching.
+    fn abort(self) {
+        self.watch.abort();
     }
 
     /// When the first and when the last held the expected content (at most 300 s).
@@ -541,7 +637,7 @@ async fn writes(controller: &CheironProcess) -> Result<f64> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 4. steady state
+// 3. steady state
 
 async fn steady_state(client: &Client, controller: &CheironProcess) -> Result<Vec<Row>> {
     eprintln!(
@@ -638,7 +734,283 @@ async fn resource_versions(client: &Client) -> Result<BTreeMap<String, String>> 
 }
 
 // ---------------------------------------------------------------------------------------------
-// 1. webhook memory
+// 4. credential-provider rotation
+
+/// The fake credential-provider plugin (`tests/support/fake_credential_provider.rs`) installed
+/// as [`PROVIDER`]: the controller's bin dir and config, and the plugin's state directory.
+struct FakePlugin {
+    bin: PathBuf,
+    config: PathBuf,
+    state: PathBuf,
+}
+
+impl FakePlugin {
+    fn install(dir: &Path) -> Result<Self> {
+        let bin = dir.join("bin");
+        let state = dir.join("state");
+        std::fs::create_dir_all(&bin)?;
+        std::fs::create_dir_all(&state)?;
+        std::fs::copy(
+            env!("CARGO_BIN_EXE_cheiron-fake-credential-provider"),
+            bin.join(PROVIDER),
+        )?;
+        let host = PROVIDER_IMAGE.split('/').next().unwrap_or_default();
+        let config = dir.join("config.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1
+kind: CredentialProviderConfig
+providers:
+  - name: {PROVIDER}
+    matchImages: [\"{host}\"]
+    defaultCacheDuration: 1h
+    apiVersion: credentialprovider.kubelet.k8s.io/v1
+    args: [--state, {}, --cache-duration, {PROVIDER_CACHE_SECONDS}s]
+",
+                state.display()
+            ),
+        )?;
+        Ok(Self { bin, config, state })
+    }
+
+    /// When each call started, by call number (the plugin's `calls.log`).
+    fn calls(&self) -> Result<BTreeMap<u64, SystemTime>> {
+        let log = std::fs::read_to_string(self.state.join("calls.log")).unwrap_or_default();
+        let mut calls = BTreeMap::new();
+        for line in log.lines() {
+            let (n, millis) = line
+                .split_once(' ')
+                .ok_or_else(|| format!("calls.log line {line:?}"))?;
+            calls.insert(
+                n.parse()?,
+                UNIX_EPOCH + Duration::from_millis(millis.parse()?),
+            );
+        }
+        Ok(calls)
+    }
+
+    /// The number of the last call (0 before the first).
+    fn last_call(&self) -> Result<u64> {
+        Ok(self.calls()?.keys().next_back().copied().unwrap_or(0))
+    }
+}
+
+/// N of the `user-N` a copy of the provider entry holds (the fake plugin's Nth credential).
+fn credential_number(copy: &Secret) -> Option<u64> {
+    let data = copy.data.as_ref()?.get(".dockerconfigjson")?;
+    let config: Value = serde_json::from_slice(&data.0).ok()?;
+    config["auths"]
+        .as_object()?
+        .values()
+        .next()?
+        .get("username")?
+        .as_str()?
+        .strip_prefix("user-")?
+        .parse()
+        .ok()
+}
+
+/// The wall-clock time of `at` (to compare with the plugin's own clock).
+fn wall(at: Instant) -> SystemTime {
+    let now = Instant::now();
+    SystemTime::now() - now.saturating_duration_since(at)
+}
+
+async fn provider_rotation(
+    scenario: &Scenario,
+    client: &Client,
+    controller: &CheironProcess,
+    plugin: &FakePlugin,
+) -> Result<Vec<Row>> {
+    let manager = format!("{}-provider", scenario.id());
+    eprintln!(
+        "[bench] provider rotation: applying a credentialProvider manager ({PROVIDER_CACHE_SECONDS} s cacheDuration), waiting for {ROTATION_NAMESPACES} copies"
+    );
+    scenario
+        .apply_manager(&format!(
+            "
+apiVersion: cheiron.anny.co/v1alpha1
+kind: ClusterImagePullSecretManager
+metadata:
+  name: {manager}
+spec:
+  namespaceSelector:
+    matchLabels:
+      {TARGET}: rotation
+  secrets:
+    - name: provider-pull
+      credentialProvider:
+        image: {PROVIDER_IMAGE}
+"
+        ))
+        .await?;
+    let since = Instant::now();
+    loop {
+        let copies = copies_of(client, &manager).await?;
+        let held: HashSet<Option<u64>> = copies.iter().map(credential_number).collect();
+        if copies.len() == ROTATION_NAMESPACES && held.len() == 1 && !held.contains(&None) {
+            break;
+        }
+        if since.elapsed() > Duration::from_secs(600) {
+            return Err(format!(
+                "{} copies holding {held:?} after 600 s, expected {ROTATION_NAMESPACES} holding one credential",
+                copies.len()
+            )
+            .into());
+        }
+        eprintln!("[bench]   {}/{ROTATION_NAMESPACES} copies", copies.len());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    eprintln!(
+        "[bench] provider rotation: all copies present after {:.1?} (plugin calls so far: {}); waiting for the controller to go quiet",
+        since.elapsed(),
+        plugin.last_call()?
+    );
+    settle_service_accounts(client).await?;
+    quiesce(controller).await?;
+
+    // Each round: the bare client's writes, then the next refresh the controller makes on its
+    // own (after about half the cacheDuration), timed from the plugin call's start to the
+    // moment a watch saw every copy hold the new credential. A round in which the refresh
+    // came during the bare writes is discarded.
+    let mut bare = Vec::new();
+    let mut took = Vec::new();
+    let mut first = Vec::new();
+    let mut calls_per_rotation = Vec::new();
+    let mut metric_calls_per_rotation = Vec::new();
+    let mut writes_per_rotation = Vec::new();
+    let mut discarded = 0;
+    while took.len() < ROTATION_ROUNDS {
+        let before = plugin.last_call()?;
+        let writes_before = controller.metric("cheiron_secrets_written_total").await?;
+        let metric_calls_before = controller
+            .metric("cheiron_credential_provider_calls_total")
+            .await?;
+        let (written, _) = bare_replace(client, &format!("provider-bare-{}", bare.len())).await?;
+        let next = before + 1;
+        let observer = Observer::start(client, copies_selector(&manager), move |s| {
+            credential_number(s) == Some(next)
+        })
+        .await?;
+        if plugin.last_call()? != before {
+            discarded += 1;
+            eprintln!(
+                "[bench] provider round: the plugin was called during the bare writes; round discarded"
+            );
+            observer.abort();
+            quiesce(controller).await?;
+            if discarded > ROTATION_ROUNDS {
+                return Err("the refresh kept coming during the bare writes".into());
+            }
+            continue;
+        }
+        bare.push(written);
+        let (first_at, done_at) = observer.done().await?;
+        let called = *plugin
+            .calls()?
+            .get(&next)
+            .ok_or_else(|| format!("no call {next} in the plugin's calls.log"))?;
+        let all = wall(done_at).duration_since(called)?;
+        let one = wall(first_at).duration_since(called)?;
+        quiesce(controller).await?;
+        let calls = plugin.last_call()? - before;
+        let metric_calls = controller
+            .metric("cheiron_credential_provider_calls_total")
+            .await?
+            - metric_calls_before;
+        let writes = controller.metric("cheiron_secrets_written_total").await? - writes_before;
+        eprintln!(
+            "[bench] provider round {}: bare client {written:.2?}; plugin call {next} → all copies {all:.2?} (first after {one:.2?}); {calls} plugin call(s) (metric +{metric_calls}), {writes} Secret writes",
+            took.len()
+        );
+        took.push(all);
+        first.push(one);
+        calls_per_rotation.push(calls);
+        metric_calls_per_rotation.push(metric_calls);
+        writes_per_rotation.push(writes);
+    }
+    let (written, _) = bare_replace(client, &format!("provider-bare-{}", bare.len())).await?;
+    eprintln!("[bench] provider, last bare client run {written:.2?}");
+    bare.push(written);
+
+    let list = |v: &[Duration]| v.iter().map(|d| ms(*d)).collect::<Vec<_>>().join(", ");
+    let (bare_all, took_all) = (list(&bare), list(&took));
+    let bare_median = median(&mut bare);
+    let took_median = median(&mut took);
+    let first_median = median(&mut first);
+    let ratio = took_median.as_secs_f64() / bare_median.as_secs_f64();
+    let one_call = calls_per_rotation.iter().all(|c| *c == 1)
+        && metric_calls_per_rotation.iter().all(|c| *c == 1.0);
+    let one_write_each = writes_per_rotation
+        .iter()
+        .all(|w| *w == ROTATION_NAMESPACES as f64);
+    let join = |v: &[String]| v.join(", ");
+    Ok(vec![
+        row(
+            &format!(
+                "credential provider, {ROTATION_NAMESPACES} copies: plugin calls per rotation ({ROTATION_ROUNDS} rotations, {PROVIDER_CACHE_SECONDS} s cacheDuration)"
+            ),
+            format!(
+                "{} (plugin's own count; `cheiron_credential_provider_calls_total`: {})",
+                join(
+                    &calls_per_rotation
+                        .iter()
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                ),
+                join(
+                    &metric_calls_per_rotation
+                        .iter()
+                        .map(f64::to_string)
+                        .collect::<Vec<_>>()
+                ),
+            ),
+            "1",
+            Some(one_call),
+        ),
+        row(
+            &format!(
+                "credential provider, {ROTATION_NAMESPACES} copies: Secret writes per rotation"
+            ),
+            format!(
+                "{} (`cheiron_secrets_written_total`)",
+                join(
+                    &writes_per_rotation
+                        .iter()
+                        .map(f64::to_string)
+                        .collect::<Vec<_>>()
+                )
+            ),
+            &format!("{ROTATION_NAMESPACES} (one per copy)"),
+            Some(one_write_each),
+        ),
+        row(
+            &format!(
+                "credential provider, {ROTATION_NAMESPACES} copies: bare client in the same run, {BARE_WRITE_CONCURRENCY} replaces in flight (median of {})",
+                bare.len()
+            ),
+            format!("{} (runs: {bare_all})", ms(bare_median)),
+            "—",
+            None,
+        ),
+        row(
+            &format!(
+                "credential provider, {ROTATION_NAMESPACES} copies: plugin call → a watch saw all copies updated (median of {ROTATION_ROUNDS})"
+            ),
+            format!(
+                "{} = **{ratio:.2} × bare writes**; first copy after {} (runs: {took_all}; {discarded} rounds discarded)",
+                ms(took_median),
+                ms(first_median)
+            ),
+            "≤ 1.25 × bare",
+            Some(ratio <= 1.25),
+        ),
+    ])
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. webhook memory
 
 async fn memory(scenario: &Scenario, client: &Client) -> Result<Vec<Row>> {
     let cluster = scenario.cluster()?;

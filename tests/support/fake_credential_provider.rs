@@ -4,16 +4,18 @@
 //!
 //! `cheiron-fake-credential-provider --state DIR [--cache-duration 6s] [--pattern P]...`
 //!
-//! In DIR it counts its calls (`calls`), keeps the last request (`request.json`) and the names
-//! of the environment variables it got (`env`), and reads `mode` before each answer: `ok`
-//! (default), `fail` (exit 1 with a message on stderr), `hang` (sleep for an hour), `garbage`
-//! (print something that is not JSON, holding a canary), `flood` (print 4 MiB).
+//! In DIR it counts its calls (`calls`), appends `N UNIX_MILLIS` for each call, the time it
+//! started, to `calls.log` (the cluster benchmark times rotations from it), keeps the last
+//! request (`request.json`) and the names of the environment variables it got (`env`), and
+//! reads `mode` before each answer: `ok` (default), `fail` (exit 1 with a message on stderr),
+//! `hang` (sleep for an hour), `garbage` (print something that is not JSON, holding a canary),
+//! `flood` (print 4 MiB).
 
 use std::{
     fs,
     io::{Read, Write},
     path::PathBuf,
-    time::Duration,
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 fn main() {
@@ -24,6 +26,7 @@ fn main() {
 }
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let started = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
     let mut state: Option<PathBuf> = None;
     let mut cache_duration = "6s".to_owned();
     let mut patterns: Vec<String> = Vec::new();
@@ -54,6 +57,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or(0)
         + 1;
     fs::write(&calls_file, calls.to_string())?;
+    fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(state.join("calls.log"))?
+        .write_all(format!("{calls} {started}\n").as_bytes())?;
     let mode = fs::read_to_string(state.join("mode")).unwrap_or_default();
     let request: serde_json::Value = serde_json::from_str(&request)?;
     let api_version = request["apiVersion"]
