@@ -272,6 +272,13 @@ mod chart {
             ],
             vec!["metrics.auth=kubernetes", "serviceMonitor.enabled=true"],
             vec!["metrics.auth=kubernetes", "deployment=combined"],
+            vec![
+                "credentialProviders.enabled=true",
+                "credentialProviders.pluginsImage=registry.example.com/plugins:1",
+                "credentialProviders.pluginsCommand={cp,/ecr-credential-provider,/plugins/}",
+                "credentialProviders.serviceAccountTokens.serviceAccounts={ecr-puller}",
+                "credentialProviders.serviceAccountTokens.namespaces={team-a}",
+            ],
         ] {
             let mut args = vec!["lint", "--strict", "charts/cheiron"];
             for value in &values {
@@ -549,7 +556,7 @@ mod chart {
         Ok(())
     }
 
-    /// Every Role and ClusterRole (and binding) of both, by kind and name.
+    /// Every Role and ClusterRole (and binding) of both, by kind and namespace/name.
     fn access(objects: &[Value]) -> Vec<(String, String, Value)> {
         let mut out: Vec<(String, String, Value)> = objects
             .iter()
@@ -565,10 +572,11 @@ mod chart {
                 };
                 (
                     o["kind"].as_str().unwrap_or_default().to_owned(),
-                    o["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
+                    format!(
+                        "{}/{}",
+                        o["metadata"]["namespace"].as_str().unwrap_or_default(),
+                        o["metadata"]["name"].as_str().unwrap_or_default()
+                    ),
                     what,
                 )
             })
@@ -645,6 +653,138 @@ mod chart {
         let open = render(&["serviceMonitor.enabled=true"])?;
         let endpoint = &find(&open, "ServiceMonitor", "cheiron")?["spec"]["endpoints"][0];
         assert!(endpoint["bearerTokenFile"].is_null(), "{endpoint}");
+        Ok(())
+    }
+
+    /// The chart's values and the `cheiron manifests` setup of one credential-provider
+    /// installation: the ECR example of docs/credential-providers.md, its plugin from an init
+    /// container, one ServiceAccount's tokens in cheiron's namespace and a tenant namespace's.
+    pub(crate) const ECR_CONFIG: &str = "apiVersion: kubelet.config.k8s.io/v1
+kind: CredentialProviderConfig
+providers:
+  - name: ecr-credential-provider
+    matchImages: [\"*.dkr.ecr.*.amazonaws.com\", \"*.dkr.ecr.*.amazonaws.com.cn\"]
+    defaultCacheDuration: 12h
+    apiVersion: credentialprovider.kubelet.k8s.io/v1
+    args: [get-credentials]
+    env:
+      - {name: AWS_REGION, value: eu-west-1}
+";
+
+    pub(crate) fn credential_provider_setup(
+        token_namespace: &str,
+    ) -> cheiron::install::CredentialProviderSetup {
+        cheiron::install::CredentialProviderSetup {
+            config: ECR_CONFIG.to_owned(),
+            plugins_image: Some("registry.example.com/ecr-credential-provider:v1".to_owned()),
+            plugins_command: ["cp", "/ecr-credential-provider", "/plugins/"]
+                .map(str::to_owned)
+                .to_vec(),
+            token_service_accounts: vec!["ecr-puller".to_owned()],
+            token_namespaces: vec![token_namespace.to_owned()],
+        }
+    }
+
+    /// `helm template` with the values of [`credential_provider_setup`] and `--set` values.
+    fn render_credential_providers(token_namespace: &str, values: &[&str]) -> Result<Vec<Value>> {
+        let config: Value = serde_saphyr::from_str(ECR_CONFIG)?;
+        let file = tempfile::NamedTempFile::new()?;
+        std::fs::write(
+            file.path(),
+            serde_json::json!({"credentialProviders": {
+                "enabled": true,
+                "config": config,
+                "pluginsImage": "registry.example.com/ecr-credential-provider:v1",
+                "pluginsCommand": ["cp", "/ecr-credential-provider", "/plugins/"],
+                "serviceAccountTokens": {
+                    "serviceAccounts": ["ecr-puller"],
+                    "namespaces": [token_namespace],
+                },
+            }})
+            .to_string(),
+        )?;
+        let path = file.path().display().to_string();
+        let mut args = template_args(values);
+        args.extend(["-f", &path]);
+        let output = run_helm(&args)?;
+        if !output.status.success() {
+            return Err(format!(
+                "helm template with credentialProviders failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+            .into());
+        }
+        documents(&output.stdout)
+    }
+
+    #[test]
+    fn credential_provider_values_render_what_the_manifests_flags_do_in_both_modes() -> Result {
+        use cheiron::install::DeploymentMode;
+
+        let install = Install {
+            credential_providers: Some(credential_provider_setup("team-a")),
+            ..Install::default()
+        };
+        for (mode, values) in [
+            (DeploymentMode::Split, vec![]),
+            (DeploymentMode::Combined, vec!["deployment=combined"]),
+        ] {
+            let plain = [
+                install.server_objects_for(mode)?,
+                install.certificate_objects()?,
+            ]
+            .concat();
+            let chart = render_credential_providers("team-a", &values)?;
+            let (p, c) = (access(&plain), access(&chart));
+            assert_eq!(
+                p, c,
+                "{mode}: charts/cheiron/templates/credential-providers.yaml has drifted from \
+                 src/install/"
+            );
+            for namespace in [NAMESPACE, "team-a"] {
+                assert!(
+                    p.iter().any(|(kind, name, _)| kind == "Role"
+                        && *name == format!("{namespace}/cheiron-credential-provider-tokens")),
+                    "{mode}: {p:#?}"
+                );
+            }
+            let config = |objects: &[Value]| -> Result<Value> {
+                let map = find(objects, "ConfigMap", "cheiron-credential-providers")?;
+                let text = map["data"]["config.yaml"].as_str().unwrap_or_default();
+                Ok(serde_saphyr::from_str(text)?)
+            };
+            assert_eq!(config(&plain)?, config(&chart)?, "{mode}");
+            for name in named(&plain, "Deployment") {
+                let (p, c) = (
+                    find(&plain, "Deployment", &name)?,
+                    find(&chart, "Deployment", &name)?,
+                );
+                assert_eq!(
+                    p["spec"]["template"]["spec"], c["spec"]["template"]["spec"],
+                    "{mode}: the chart's Pod spec of {name} has drifted from src/install/"
+                );
+                let pod = p["spec"]["template"]["spec"].to_string();
+                let runs_controller = name != "cheiron-webhook";
+                assert_eq!(
+                    pod.contains("--credential-provider-bin-dir=/plugins"),
+                    runs_controller,
+                    "{mode}: {name}"
+                );
+                assert_eq!(
+                    pod.contains("registry.example.com/ecr-credential-provider:v1"),
+                    runs_controller,
+                    "{mode}: {name}"
+                );
+            }
+        }
+        // Without token lists, no token rights at all.
+        let bare = render(&["credentialProviders.enabled=true"])?;
+        assert!(
+            !bare
+                .iter()
+                .any(|o| o["metadata"]["name"] == "cheiron-credential-provider-tokens"),
+            "token rights are opt-in"
+        );
         Ok(())
     }
 
@@ -913,6 +1053,27 @@ mod chart {
             (
                 vec!["certificates.source=secret"],
                 "needs certificates.secretName",
+            ),
+            (
+                vec![
+                    "credentialProviders.enabled=true",
+                    "credentialProviders.pluginsImage=registry.example.com/p:1",
+                ],
+                "pluginsImage and pluginsCommand go together",
+            ),
+            (
+                vec![
+                    "credentialProviders.enabled=true",
+                    "credentialProviders.serviceAccountTokens.namespaces={Team_A}",
+                ],
+                "namespaces",
+            ),
+            (
+                vec![
+                    "credentialProviders.enabled=true",
+                    "credentialProviders.serviceAccountTokens.everywhere=true",
+                ],
+                "everywhere",
             ),
         ] {
             let output = run_helm(&template_args(&values))?;
@@ -1495,6 +1656,104 @@ mod cluster {
         installed(s.client()).await?;
         expect(s.client(), CERTS_USER, true, CERTS_NEED).await?;
         expect(s.client(), CERTS_USER, false, CERTS_MUST_NOT).await
+    }
+
+    #[tokio::test]
+    async fn controller_mints_tokens_only_of_the_service_accounts_and_namespaces_listed() -> Result
+    {
+        let s = Scenario::new(CHEIRON, "install-rbac-tokens").await?;
+        installed(s.client()).await?;
+        // Rows are 'static: leak the two names (once per test run).
+        let tenant: &'static str = Box::leak(s.create_namespace(&[], &[]).await?.into_boxed_str());
+        let other: &'static str = Box::leak(s.create_namespace(&[], &[]).await?.into_boxed_str());
+        let install = cheiron::install::Install {
+            credential_providers: Some(super::chart::credential_provider_setup(tenant)),
+            ..cheiron::install::Install::default()
+        };
+        for mode in cheiron::install::DeploymentMode::ALL {
+            let objects = install.server_objects_for(mode)?;
+            dry_run_all(
+                s.client(),
+                "cheiron manifests with credential providers",
+                &objects,
+            )
+            .await?;
+        }
+        let objects = install.server_objects()?;
+        let tokens: Vec<&Value> = objects
+            .iter()
+            .filter(|o| o["metadata"]["name"] == "cheiron-credential-provider-tokens")
+            .collect();
+        assert_eq!(
+            tokens.len(),
+            4,
+            "a Role and a RoleBinding in each namespace"
+        );
+        for object in tokens {
+            apply(s.client(), object, true).await?;
+        }
+        let mint = |namespace: &'static str, name: &'static str| -> Row {
+            (
+                "create",
+                "",
+                "serviceaccounts/token",
+                namespace,
+                name,
+                "a KEP-4412 provider's token",
+            )
+        };
+        until(
+            "the authorizer to see the token Roles",
+            Duration::from_secs(20),
+            || async {
+                allowed(s.client(), CONTROLLER_USER, &mint(NS, "ecr-puller"))
+                    .await
+                    .ok()
+                    .filter(|a| *a)
+            },
+        )
+        .await?;
+        expect(
+            s.client(),
+            CONTROLLER_USER,
+            true,
+            &[
+                mint(NS, "ecr-puller"),
+                mint(tenant, "default"),
+                mint(tenant, "builder"),
+            ],
+        )
+        .await?;
+        expect(
+            s.client(),
+            CONTROLLER_USER,
+            false,
+            &[
+                mint(NS, "cheiron-controller"),
+                mint(NS, "cheiron-certs"),
+                mint(NS, "cheiron-webhook"),
+                mint(other, "ecr-puller"),
+                mint(other, "default"),
+                mint("kube-system", "ecr-puller"),
+                (
+                    "get",
+                    "",
+                    "serviceaccounts/token",
+                    NS,
+                    "ecr-puller",
+                    "only create",
+                ),
+                ("create", "", "serviceaccounts", tenant, "", "only tokens"),
+            ],
+        )
+        .await?;
+        expect(
+            s.client(),
+            WEBHOOK_USER,
+            false,
+            &[mint(NS, "ecr-puller"), mint(tenant, "default")],
+        )
+        .await
     }
 
     /// A child process killed when the test ends, however it ends.

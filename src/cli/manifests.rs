@@ -9,7 +9,9 @@ use std::{io::Write, path::PathBuf};
 use anyhow::{Context, bail};
 use clap::Args;
 
-use crate::install::{DEFAULT_NAMESPACE, DeploymentMode, Install, MetricsAuth, default_image};
+use crate::install::{
+    CredentialProviderSetup, DEFAULT_NAMESPACE, DeploymentMode, Install, MetricsAuth, default_image,
+};
 
 /// Arguments of `cheiron manifests`.
 #[derive(Args, Debug)]
@@ -46,6 +48,98 @@ pub struct ManifestsArgs {
         env = "CHEIRON_MANIFESTS_METRICS_AUTH"
     )]
     metrics_auth: MetricsAuth,
+    #[command(flatten)]
+    credential_providers: CredentialProviderManifestArgs,
+}
+
+/// How the plain manifests set up credential-provider plugins for the controller
+/// (docs/credential-providers.md), as the chart's `credentialProviders` values do.
+#[derive(Args, Debug, Default)]
+pub struct CredentialProviderManifestArgs {
+    /// Set up credential-provider plugins: this CredentialProviderConfig goes into the
+    /// ConfigMap cheiron-credential-providers, mounted at /etc/cheiron/credential-providers,
+    /// and the controller gets --credential-provider-config and
+    /// --credential-provider-bin-dir=/plugins (an emptyDir).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "CHEIRON_MANIFESTS_CREDENTIAL_PROVIDER_CONFIG"
+    )]
+    credential_provider_config: Option<PathBuf>,
+    /// An image holding the plugins: an init container runs it with
+    /// --credential-provider-plugins-command, which must copy the plugins into /plugins.
+    #[arg(
+        long,
+        value_name = "IMAGE",
+        requires = "credential_provider_config",
+        requires = "credential_provider_plugins_command",
+        env = "CHEIRON_MANIFESTS_CREDENTIAL_PROVIDER_PLUGINS_IMAGE"
+    )]
+    credential_provider_plugins_image: Option<String>,
+    /// The init container's command, as a JSON list of strings, e.g.
+    /// '["cp", "/ecr-credential-provider", "/plugins/"]'.
+    #[arg(
+        long,
+        value_name = "JSON",
+        requires = "credential_provider_plugins_image",
+        value_parser = parse_command,
+        env = "CHEIRON_MANIFESTS_CREDENTIAL_PROVIDER_PLUGINS_COMMAND"
+    )]
+    credential_provider_plugins_command: Option<PluginsCommand>,
+    /// A ServiceAccount of cheiron's namespace whose tokens the controller may mint (a cluster
+    /// manager's credentialProvider.serviceAccountName, for providers with tokenAttributes).
+    /// Repeat for more. None by default.
+    #[arg(
+        long = "credential-provider-token-service-account",
+        value_name = "NAME",
+        requires = "credential_provider_config"
+    )]
+    credential_provider_token_service_accounts: Vec<String>,
+    /// A namespace in which the controller may mint tokens of any ServiceAccount: one whose
+    /// namespaced managers a provider with tokenAttributes allows (allowedNamespaces). Widens
+    /// the controller's rights; repeat for more. None by default.
+    #[arg(
+        long = "credential-provider-token-namespace",
+        value_name = "NS",
+        requires = "credential_provider_config"
+    )]
+    credential_provider_token_namespaces: Vec<String>,
+}
+
+/// The plugins' init container command.
+#[derive(Clone, Debug, Default)]
+pub struct PluginsCommand(Vec<String>);
+
+fn parse_command(text: &str) -> Result<PluginsCommand, String> {
+    match serde_json::from_str::<Vec<String>>(text) {
+        Ok(command) if !command.is_empty() => Ok(PluginsCommand(command)),
+        _ => Err("a command is a non-empty JSON list of strings, e.g. '[\"cp\", \"/plugin\", \"/plugins/\"]'".to_owned()),
+    }
+}
+
+impl CredentialProviderManifestArgs {
+    /// The setup, with its config read and checked; `None` without a config.
+    fn setup(self) -> anyhow::Result<Option<CredentialProviderSetup>> {
+        let Some(path) = self.credential_provider_config else {
+            return Ok(None);
+        };
+        let config = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let setup = CredentialProviderSetup {
+            config,
+            plugins_image: self.credential_provider_plugins_image,
+            plugins_command: self
+                .credential_provider_plugins_command
+                .unwrap_or_default()
+                .0,
+            token_service_accounts: self.credential_provider_token_service_accounts,
+            token_namespaces: self.credential_provider_token_namespaces,
+        };
+        setup
+            .validate()
+            .with_context(|| format!("--credential-provider-config {}", path.display()))?;
+        Ok(Some(setup))
+    }
 }
 
 /// A namespace name is a DNS label.
@@ -76,11 +170,13 @@ impl ManifestsArgs {
             image,
             deployment,
             metrics_auth,
+            credential_providers,
         } = self;
         let files = Install {
             namespace,
             image,
             metrics_auth,
+            credential_providers: credential_providers.setup()?,
         }
         .files_for(deployment)?;
         let Some(dir) = dir else {
@@ -148,6 +244,7 @@ mod tests {
             image: default_image(),
             deployment: DeploymentMode::Split,
             metrics_auth: MetricsAuth::None,
+            credential_providers: CredentialProviderManifestArgs::default(),
         }
         .run(&mut out)?;
         let text = String::from_utf8(out)?;
@@ -175,6 +272,7 @@ mod tests {
             image: default_image(),
             deployment: DeploymentMode::Split,
             metrics_auth: MetricsAuth::None,
+            credential_providers: CredentialProviderManifestArgs::default(),
         };
         let error = args(true)
             .run(&mut Vec::new())
@@ -187,6 +285,206 @@ mod tests {
         );
         args(false).run(&mut Vec::new())?;
         args(true).run(&mut Vec::new())?;
+        Ok(())
+    }
+
+    #[derive(clap::Parser)]
+    struct Command {
+        #[command(flatten)]
+        args: ManifestsArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<ManifestsArgs, clap::Error> {
+        use clap::Parser;
+        Command::try_parse_from(std::iter::once("manifests").chain(args.iter().copied()))
+            .map(|c| c.args)
+    }
+
+    use crate::install::EXAMPLE_CREDENTIAL_PROVIDER_CONFIG as ECR;
+
+    fn objects(args: ManifestsArgs) -> anyhow::Result<Vec<serde_json::Value>> {
+        let mut out = Vec::new();
+        args.run(&mut out)?;
+        Ok(serde_saphyr::from_multiple::<serde_json::Value>(
+            &String::from_utf8(out)?,
+        )?)
+    }
+
+    fn find<'a>(
+        objects: &'a [serde_json::Value],
+        kind: &str,
+        name: &str,
+        namespace: &str,
+    ) -> Option<&'a serde_json::Value> {
+        objects.iter().find(|o| {
+            o["kind"] == kind
+                && o["metadata"]["name"] == name
+                && o["metadata"]["namespace"] == namespace
+        })
+    }
+
+    #[test]
+    fn credential_provider_flags_mount_the_config_and_plugins_into_the_controller_only()
+    -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let config = dir.path().join("config.yaml");
+        std::fs::write(&config, ECR)?;
+        let config = config.display().to_string();
+        for (mode, controller) in [("split", "cheiron-controller"), ("combined", "cheiron")] {
+            let objects = objects(parse(&[
+                "--deployment",
+                mode,
+                "--credential-provider-config",
+                &config,
+                "--credential-provider-plugins-image",
+                "registry.example.com/ecr-plugin:1",
+                "--credential-provider-plugins-command",
+                r#"["cp", "/ecr-credential-provider", "/plugins/"]"#,
+            ])?)?;
+            let map = find(
+                &objects,
+                "ConfigMap",
+                "cheiron-credential-providers",
+                "cheiron-system",
+            )
+            .ok_or("no ConfigMap")
+            .map_err(anyhow::Error::msg)?;
+            assert_eq!(map["data"]["config.yaml"], ECR);
+            let deployment = find(&objects, "Deployment", controller, "cheiron-system")
+                .ok_or("no controller Deployment")
+                .map_err(anyhow::Error::msg)?;
+            let pod = &deployment["spec"]["template"]["spec"];
+            let args = &pod["containers"][0]["args"];
+            for flag in [
+                "--credential-provider-config=/etc/cheiron/credential-providers/config.yaml",
+                "--credential-provider-bin-dir=/plugins",
+            ] {
+                assert!(
+                    args.as_array().is_some_and(|a| a.iter().any(|x| x == flag)),
+                    "{mode}: {args}"
+                );
+            }
+            assert_eq!(
+                pod["initContainers"][0]["command"],
+                serde_json::json!(["cp", "/ecr-credential-provider", "/plugins/"])
+            );
+            assert_eq!(
+                pod["initContainers"][0]["image"],
+                "registry.example.com/ecr-plugin:1"
+            );
+            assert_eq!(
+                pod["volumes"].as_array().map(Vec::len),
+                Some(if mode == "split" { 2 } else { 3 })
+            );
+            // No token rights unless asked for.
+            assert!(
+                !objects
+                    .iter()
+                    .any(|o| o["metadata"]["name"] == "cheiron-credential-provider-tokens"),
+                "{mode}"
+            );
+            if mode == "split" {
+                let webhook = find(&objects, "Deployment", "cheiron-webhook", "cheiron-system")
+                    .ok_or("no webhook Deployment")
+                    .map_err(anyhow::Error::msg)?;
+                let text = webhook.to_string();
+                assert!(!text.contains("credential-provider"), "{text}");
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn token_flags_grant_named_service_accounts_here_and_whole_namespaces_named()
+    -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let config = dir.path().join("config.yaml");
+        std::fs::write(&config, ECR)?;
+        let objects = objects(parse(&[
+            "--credential-provider-config",
+            &config.display().to_string(),
+            "--credential-provider-token-service-account",
+            "ecr-puller",
+            "--credential-provider-token-namespace",
+            "team-a",
+            "--credential-provider-token-namespace",
+            "team-b",
+        ])?)?;
+        let name = "cheiron-credential-provider-tokens";
+        let own = find(&objects, "Role", name, "cheiron-system")
+            .ok_or("no Role in cheiron's namespace")
+            .map_err(anyhow::Error::msg)?;
+        assert_eq!(
+            own["rules"],
+            serde_json::json!([{"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"], "resourceNames": ["ecr-puller"]}])
+        );
+        for ns in ["team-a", "team-b"] {
+            let role = find(&objects, "Role", name, ns)
+                .ok_or("no tenant Role")
+                .map_err(anyhow::Error::msg)?;
+            assert_eq!(
+                role["rules"],
+                serde_json::json!([{"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]}])
+            );
+            let binding = find(&objects, "RoleBinding", name, ns)
+                .ok_or("no tenant RoleBinding")
+                .map_err(anyhow::Error::msg)?;
+            assert_eq!(
+                binding["subjects"],
+                serde_json::json!([{"kind": "ServiceAccount", "name": "cheiron-controller", "namespace": "cheiron-system"}])
+            );
+        }
+        assert!(find(&objects, "Role", name, "team-c").is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn bad_credential_provider_input_is_refused_and_writes_nothing() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let config = dir.path().join("config.yaml");
+        std::fs::write(&config, format!("{ECR}    bogusField: 1\n"))?;
+        let out = dir.path().join("out");
+        let config = config.display().to_string();
+        let out_arg = out.display().to_string();
+        let error = parse(&["--out", &out_arg, "--credential-provider-config", &config])?
+            .run(&mut Vec::new())
+            .err()
+            .map(|e| format!("{e:#}"))
+            .unwrap_or_default();
+        assert!(
+            error.contains("credential-provider config is invalid"),
+            "{error}"
+        );
+        assert!(!out.exists(), "nothing is written");
+        for bad in [
+            vec!["--credential-provider-plugins-image", "x"],
+            vec!["--credential-provider-token-namespace", "team-a"],
+            vec![
+                "--credential-provider-config",
+                &config,
+                "--credential-provider-plugins-image",
+                "x",
+            ],
+            vec![
+                "--credential-provider-config",
+                &config,
+                "--credential-provider-plugins-image",
+                "x",
+                "--credential-provider-plugins-command",
+                "cp /x /plugins",
+            ],
+        ] {
+            assert!(parse(&bad).is_err(), "{bad:?}");
+        }
+        let error = parse(&[
+            "--credential-provider-config",
+            &config.replace("config.yaml", "missing.yaml"),
+        ])?
+        .run(&mut Vec::new())
+        .err()
+        .map(|e| format!("{e:#}"))
+        .unwrap_or_default();
+        assert!(error.contains("cannot read"), "{error}");
         Ok(())
     }
 }

@@ -11,6 +11,7 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 
+pub use super::credential_providers::CredentialProviderSetup;
 pub use crate::admin::MetricsAuth;
 
 /// The namespace of the plain manifests.
@@ -160,6 +161,9 @@ pub struct Install {
     /// `--metrics-auth` of every cheiron command; `kubernetes` adds the RBAC it needs
     /// ([`METRICS_AUTH`]) and the ClusterRole for scrapers ([`METRICS_READER`]).
     pub metrics_auth: MetricsAuth,
+    /// Credential-provider plugins for the controller (docs/credential-providers.md); none by
+    /// default.
+    pub credential_providers: Option<CredentialProviderSetup>,
 }
 
 impl Default for Install {
@@ -168,6 +172,7 @@ impl Default for Install {
             namespace: DEFAULT_NAMESPACE.to_owned(),
             image: default_image(),
             metrics_auth: MetricsAuth::None,
+            credential_providers: None,
         }
     }
 }

@@ -3,14 +3,18 @@
 //! [`DeploymentMode`]; [`Install::files_for`] renders either). `cheiron manifests` writes them,
 //! and `tests/install.rs` and CI fail when the committed copy drifts.
 
-use k8s_openapi::api::rbac::v1::{
-    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+use k8s_openapi::{
+    api::rbac::v1::{
+        ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 use serde::Serialize;
 use serde_json::Value;
 
 use super::{
     WebhookClient, WebhookRegistration, certificates,
+    credential_providers::{CredentialProviderSetup, TOKENS as CREDENTIAL_PROVIDER_TOKENS},
     installation::{
         CERTIFICATES, CONTROLLER, DeploymentMode, Install, LEASE, METRICS_AUTH, METRICS_READER,
         MetricsAuth, NAME, SERVICE_PORT, TLS_SECRET, WEBHOOK, Workload,
@@ -45,6 +49,9 @@ pub enum ManifestError {
     /// An object did not serialise to JSON.
     #[error("cannot render an object: {0}")]
     Json(#[from] serde_json::Error),
+    /// The credential-provider setup is invalid.
+    #[error(transparent)]
+    CredentialProviders(#[from] super::SetupError),
 }
 
 fn to_value<T: Serialize>(object: &T) -> Result<Value, ManifestError> {
@@ -108,6 +115,47 @@ impl Install {
             subjects: Some(vec![self.subject(service_account)]),
         };
         Ok([to_value(&role)?, to_value(&binding)?])
+    }
+
+    /// Credential-provider plugins (docs/credential-providers.md): the config's ConfigMap, and
+    /// a Role and RoleBinding letting `controller` mint tokens of the ServiceAccounts named in
+    /// cheiron's namespace (only when some are named) and of any ServiceAccount in each
+    /// namespace named. No token rights by default.
+    fn credential_provider_objects(
+        &self,
+        providers: &CredentialProviderSetup,
+        controller: &str,
+    ) -> Result<Vec<Value>, ManifestError> {
+        providers.validate()?;
+        let mut objects = vec![to_value(&providers.config_map(self))?];
+        if !providers.token_service_accounts.is_empty() {
+            objects.extend(self.namespace_access(
+                CREDENTIAL_PROVIDER_TOKENS,
+                "controller",
+                controller,
+                rbac::credential_provider_token_rules(&providers.token_service_accounts),
+            )?);
+        }
+        for namespace in &providers.token_namespaces {
+            let meta = ObjectMeta {
+                namespace: Some(namespace.clone()),
+                ..self.meta(CREDENTIAL_PROVIDER_TOKENS, "controller")
+            };
+            objects.push(to_value(&Role {
+                metadata: meta.clone(),
+                rules: Some(rbac::credential_provider_token_rules(&[])),
+            })?);
+            objects.push(to_value(&RoleBinding {
+                metadata: meta,
+                role_ref: RoleRef {
+                    api_group: "rbac.authorization.k8s.io".to_owned(),
+                    kind: "Role".to_owned(),
+                    name: CREDENTIAL_PROVIDER_TOKENS.to_owned(),
+                },
+                subjects: Some(vec![self.subject(controller)]),
+            })?);
+        }
+        Ok(objects)
     }
 
     /// The registration: a Service client, `caBundle` left for `cheiron-certs patch`.
@@ -187,6 +235,9 @@ impl Install {
                 rules: Some(rbac::metrics_reader_rules()),
                 aggregation_rule: None,
             })?);
+        }
+        if let Some(providers) = &self.credential_providers {
+            objects.extend(self.credential_provider_objects(providers, controller_identity)?);
         }
         objects.push(to_value(&workload::service(self))?);
         if workloads.contains(&Workload::Controller) {

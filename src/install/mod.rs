@@ -4,6 +4,7 @@
 //! apart by default, or `cheiron run`), their NetworkPolicies and the certificate Job.
 
 mod certificates;
+mod credential_providers;
 mod installation;
 mod manifests;
 mod network_policy;
@@ -12,6 +13,13 @@ mod webhook_configuration;
 mod workload;
 
 pub use certificates::{JOB_TTL_SECONDS, create_args, patch_args};
+#[cfg(test)]
+pub(crate) use credential_providers::tests::CONFIG as EXAMPLE_CREDENTIAL_PROVIDER_CONFIG;
+pub use credential_providers::{
+    CONFIG_DIR as CREDENTIAL_PROVIDER_CONFIG_DIR, CONFIG_MAP as CREDENTIAL_PROVIDER_CONFIG_MAP,
+    CredentialProviderSetup, PLUGINS_DIR as CREDENTIAL_PROVIDER_PLUGINS_DIR, SetupError,
+    TOKENS as CREDENTIAL_PROVIDER_TOKENS,
+};
 pub use installation::{
     ADMIN_PORT, CERTIFICATES, CONTROLLER, DEFAULT_NAMESPACE, DeploymentMode, Install, LEASE,
     METRICS_AUTH, METRICS_READER, MetricsAuth, NAME, RUN_AS, SERVICE_PORT, SHUTDOWN_DELAY_SECONDS,

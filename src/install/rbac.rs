@@ -119,6 +119,22 @@ pub fn metrics_reader_rules() -> Vec<PolicyRule> {
     }]
 }
 
+/// KEP-4412 credential providers (`src/credential/token.rs`): `create` on
+/// `serviceaccounts/token`, the TokenRequest the controller makes for the ServiceAccount a
+/// manager's `credentialProvider.serviceAccountName` names. Limited to `names` when given (the
+/// request names the ServiceAccount, so RBAC can hold it to names); all ServiceAccounts of the
+/// Role's namespace without.
+pub fn credential_provider_token_rules(names: &[String]) -> Vec<PolicyRule> {
+    let rule = rule("", &["serviceaccounts/token"], &["create"]);
+    if names.is_empty() {
+        return vec![rule];
+    }
+    vec![PolicyRule {
+        resource_names: Some(names.to_vec()),
+        ..rule
+    }]
+}
+
 /// `cheiron-certs` in cheiron's namespace (`certs-tool/src/create.rs`, `patch.rs`): `create`
 /// reads the serving Secret and its CA Secret (`<secret>-ca`), creates them when missing and
 /// replaces them (`update`, under the `resourceVersion` read) when it issues a new certificate;

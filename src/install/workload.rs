@@ -23,9 +23,9 @@ use k8s_openapi::{
 };
 
 use super::installation::{
-    ADMIN_PORT, CONTROLLER, Install, LEASE, MetricsAuth, NAME, SERVICE_PORT,
-    SHUTDOWN_DELAY_SECONDS, TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR, TLS_SECRET, WEBHOOK_PORT,
-    Workload,
+    ADMIN_PORT, CONTROLLER, CredentialProviderSetup, Install, LEASE, MetricsAuth, NAME,
+    SERVICE_PORT, SHUTDOWN_DELAY_SECONDS, TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR, TLS_SECRET,
+    WEBHOOK_PORT, Workload,
 };
 
 // The grace period outlasts the shutdown delay, with room to drain and release the Lease.
@@ -170,6 +170,9 @@ pub fn container_args(install: &Install, workload: Workload) -> Vec<String> {
         args.push("--leader-election".to_owned());
         args.push(format!("--leader-election-id={LEASE}"));
     }
+    if workload.runs_controller() && install.credential_providers.is_some() {
+        args.extend(CredentialProviderSetup::args());
+    }
     args.push("--log-format=json".to_owned());
     args.push("--log=info".to_owned());
     args
@@ -194,27 +197,41 @@ pub fn deployment(install: &Install, workload: Workload) -> Deployment {
         ports.push(container_port("https", WEBHOOK_PORT));
     }
     ports.push(container_port("admin", ADMIN_PORT));
-    let (volume_mounts, volumes) = if workload.serves_webhook() {
-        (
-            Some(vec![VolumeMount {
-                name: "tls".to_owned(),
-                mount_path: TLS_DIR.to_owned(),
-                read_only: Some(true),
-                ..VolumeMount::default()
-            }]),
-            Some(vec![Volume {
-                name: "tls".to_owned(),
-                secret: Some(SecretVolumeSource {
-                    secret_name: Some(TLS_SECRET.to_owned()),
-                    default_mode: Some(0o440),
-                    optional: Some(false),
-                    items: None,
-                }),
-                ..Volume::default()
-            }]),
-        )
-    } else {
+    let mut volume_mounts = Vec::new();
+    let mut volumes = Vec::new();
+    if workload.serves_webhook() {
+        volume_mounts.push(VolumeMount {
+            name: "tls".to_owned(),
+            mount_path: TLS_DIR.to_owned(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+        volumes.push(Volume {
+            name: "tls".to_owned(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(TLS_SECRET.to_owned()),
+                default_mode: Some(0o440),
+                optional: Some(false),
+                items: None,
+            }),
+            ..Volume::default()
+        });
+    }
+    let credential_providers = install
+        .credential_providers
+        .as_ref()
+        .filter(|_| workload.runs_controller());
+    if credential_providers.is_some() {
+        volume_mounts.extend(CredentialProviderSetup::volume_mounts());
+        volumes.extend(CredentialProviderSetup::volumes());
+    }
+    let init_containers = credential_providers
+        .and_then(|c| c.init_container(install))
+        .map(|c| vec![c]);
+    let (volume_mounts, volumes) = if volumes.is_empty() {
         (None, None)
+    } else {
+        (Some(volume_mounts), Some(volumes))
     };
     let container = Container {
         name: NAME.to_owned(),
@@ -282,6 +299,7 @@ pub fn deployment(install: &Install, workload: Workload) -> Deployment {
                         }),
                         ..Affinity::default()
                     }),
+                    init_containers,
                     containers: vec![container],
                     volumes,
                     ..PodSpec::default()
