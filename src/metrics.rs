@@ -266,6 +266,70 @@ pub struct Metrics {
     pub credentials: CredentialMetrics,
     /// Readiness, leadership and managers not `Ready`: what the alerts watch.
     pub operations: Operations,
+    /// Workload clusters (docs/fleet.md).
+    pub fleet: FleetMetrics,
+}
+
+/// Labels of the fleet's gauges: one workload cluster, `<namespace>/<name>` of its kubeconfig
+/// Secret's cluster.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabels {
+    /// `<namespace>/<cluster>`.
+    pub cluster: String,
+}
+
+/// Labels of `cheiron_fleet_syncs_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterSyncLabels {
+    /// `<namespace>/<cluster>`.
+    pub cluster: String,
+    /// `synced` or `failed`.
+    pub outcome: &'static str,
+}
+
+/// Metrics of the workload clusters a management cluster reaches.
+#[derive(Clone, Debug, Default)]
+pub struct FleetMetrics {
+    /// 1 while the workload cluster answers and its watches have listed, else 0; the series
+    /// goes with the cluster.
+    pub connected: Family<ClusterLabels, Gauge>,
+    /// Syncs of one manager into one workload cluster, by outcome.
+    pub syncs: Family<ClusterSyncLabels, Counter>,
+}
+
+impl FleetMetrics {
+    /// Sets whether `cluster` is connected.
+    pub fn set_connected(&self, cluster: &str, connected: bool) {
+        self.connected
+            .get_or_create(&ClusterLabels {
+                cluster: cluster.to_owned(),
+            })
+            .set(i64::from(connected));
+    }
+
+    /// Drops the series of a cluster that left the fleet.
+    pub fn forget(&self, cluster: &str) {
+        let labels = ClusterLabels {
+            cluster: cluster.to_owned(),
+        };
+        self.connected.remove(&labels);
+        for outcome in ["synced", "failed"] {
+            self.syncs.remove(&ClusterSyncLabels {
+                cluster: cluster.to_owned(),
+                outcome,
+            });
+        }
+    }
+
+    /// Counts one sync of a manager into `cluster`.
+    pub fn record_sync(&self, cluster: &str, synced: bool) {
+        self.syncs
+            .get_or_create(&ClusterSyncLabels {
+                cluster: cluster.to_owned(),
+                outcome: if synced { "synced" } else { "failed" },
+            })
+            .inc();
+    }
 }
 
 /// Labels of `cheiron_credential_expiry_timestamp_seconds`. The provider names come from the
@@ -469,6 +533,18 @@ impl Metrics {
             operations.managers.family(),
         );
 
+        let fleet = FleetMetrics::default();
+        registry.register(
+            "fleet_cluster_connected",
+            "1 while a workload cluster answers and its watches have listed, by cluster",
+            fleet.connected.clone(),
+        );
+        registry.register(
+            "fleet_syncs",
+            "Syncs of a manager into a workload cluster, by cluster and outcome",
+            fleet.syncs.clone(),
+        );
+
         Self {
             registry,
             admission,
@@ -478,6 +554,7 @@ impl Metrics {
             audit_findings,
             credentials,
             operations,
+            fleet,
         }
     }
 

@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::{Injection, ManagerStatus, Mode, PullSecretEntry, rules};
+use super::{ClusterSelection, Injection, ManagerStatus, Mode, PullSecretEntry, rules};
 
 /// Injects pull secrets into Pods or ServiceAccounts of every namespace it selects.
 // Each printcolumn(...) repeats `type_`, which clippy mistakes for a duplicated attribute.
@@ -85,4 +85,8 @@ pub struct ClusterImagePullSecretManagerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 256), inner(length(min = 1, max = 63)))]
     pub exclude_namespaces: Option<Vec<String>>,
+    /// The clusters to act in: workload clusters chosen by `selector`, and this one unless
+    /// `includeLocal` is false. Absent: this cluster only (docs/fleet.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<ClusterSelection>,
 }

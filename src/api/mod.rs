@@ -4,6 +4,7 @@
 mod cluster;
 mod crd;
 mod entry;
+pub mod fleet;
 mod namespaced;
 pub mod rules;
 mod served;
@@ -12,6 +13,7 @@ mod status;
 pub use cluster::{ClusterImagePullSecretManager, ClusterImagePullSecretManagerSpec};
 pub use crd::{crds, crds_yaml};
 pub use entry::{CredentialProviderRef, Injection, Mode, PullSecretEntry, SecretKeyRef, SecretRef};
+pub use fleet::{ClusterSelection, ClusterStatus};
 pub use namespaced::{ImagePullSecretManager, ImagePullSecretManagerSpec};
 pub use rules::{InvalidSpec, validate_cluster, validate_namespaced};
 pub use served::{ApiCheckError, ensure_crds};

@@ -40,6 +40,10 @@ pub struct ManagerStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub credentials: Vec<CredentialStatus>,
+    /// How the manager stands in each workload cluster it selects (`spec.clusters`), by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1000))]
+    pub clusters: Vec<super::ClusterStatus>,
 }
 
 /// The credential behind one provider-backed Secret.

@@ -86,6 +86,15 @@ pub struct ControllerArgs {
     pub max_source_watches: usize,
     #[command(flatten)]
     pub credential_providers: CredentialProviderArgs,
+    /// Act in workload clusters too: ClusterImagePullSecretManagers whose spec.clusters
+    /// selects them reach the clusters whose kubeconfig Secrets (Cluster API's
+    /// `<cluster>-kubeconfig`) this controller may read (docs/fleet.md).
+    #[arg(long, env = "CHEIRON_FLEET")]
+    pub fleet: bool,
+    /// With --fleet: read kubeconfig Secrets in this namespace only (repeatable; default: every
+    /// namespace).
+    #[arg(long, value_name = "NAMESPACE", requires = "fleet")]
+    pub fleet_namespace: Vec<String>,
 }
 
 /// Credential-provider flags: the kubelet's exec plugins, run by the controller
@@ -176,6 +185,8 @@ impl ControllerArgs {
             resync,
             max_source_watches,
             credential_providers,
+            fleet,
+            fleet_namespace,
         } = self;
         let instance = pod_name
             .or_else(|| std::env::var("HOSTNAME").ok())
@@ -189,6 +200,10 @@ impl ControllerArgs {
             instance,
             max_source_watches,
             credentials: credential_providers.settings(own_namespace)?,
+            fleet: controller::fleet::FleetOptions {
+                enabled: fleet,
+                namespaces: fleet_namespace,
+            },
             ..ControllerOptions::default()
         };
         if no_leader_election || !leader_election {

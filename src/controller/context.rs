@@ -50,6 +50,8 @@ pub struct Context {
     pub(super) resync: Duration,
     pub(super) scopes: Scopes,
     pub(super) credentials: CredentialProviders,
+    /// The workload clusters, when `--fleet` is on (only the management cluster's context).
+    pub(super) fleet: Option<Arc<super::fleet::Fleet>>,
     failures: Mutex<HashMap<String, u32>>,
     clashes: Mutex<HashSet<(String, String)>>,
 }
@@ -95,6 +97,7 @@ impl Context {
             resync,
             scopes: Scopes::default(),
             credentials: CredentialProviders::new(Default::default(), None, None),
+            fleet: None,
             failures: Mutex::default(),
             clashes: Mutex::default(),
         }
@@ -103,6 +106,12 @@ impl Context {
     /// The context with these credential providers (none by default).
     pub(super) fn with_credentials(mut self, credentials: CredentialProviders) -> Self {
         self.credentials = credentials;
+        self
+    }
+
+    /// The context acting in workload clusters too.
+    pub(super) fn with_fleet(mut self, fleet: Arc<super::fleet::Fleet>) -> Self {
+        self.fleet = Some(fleet);
         self
     }
 

@@ -27,6 +27,10 @@ pub trait ManagerObject:
     fn current_status(&self) -> Option<&ManagerStatus>;
     /// The API to write this object (its status, its finalizer) through.
     fn api(&self, client: Client) -> Api<Self>;
+    /// The cluster manager this is, which alone may act in workload clusters.
+    fn as_cluster(&self) -> Option<&ClusterImagePullSecretManager> {
+        None
+    }
     /// The reference cheiron puts on the Secrets it writes for this manager. Not blocking
     /// owner deletion: cleanup goes through the finalizer; the reference is a GC backstop.
     fn owner_reference(&self) -> OwnerReference {
@@ -86,6 +90,10 @@ impl ManagerObject for ClusterImagePullSecretManager {
 
     fn api(&self, client: Client) -> Api<Self> {
         Api::all(client)
+    }
+
+    fn as_cluster(&self) -> Option<&ClusterImagePullSecretManager> {
+        Some(self)
     }
 }
 

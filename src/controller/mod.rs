@@ -22,6 +22,7 @@ mod error;
 mod events;
 #[cfg(test)]
 pub(crate) mod fake_api;
+pub mod fleet;
 mod interned;
 mod kinds;
 mod leader;
@@ -94,6 +95,8 @@ pub struct ControllerOptions {
     pub max_source_watches: usize,
     /// The credential-provider exec plugins (none by default).
     pub credentials: ProviderSettings,
+    /// Workload clusters (off by default; docs/fleet.md).
+    pub fleet: fleet::FleetOptions,
 }
 
 impl Default for ControllerOptions {
@@ -104,6 +107,7 @@ impl Default for ControllerOptions {
             instance: "cheiron".to_owned(),
             max_source_watches: source_watches::DEFAULT_MAX_SOURCE_WATCHES,
             credentials: ProviderSettings::default(),
+            fleet: fleet::FleetOptions::default(),
         }
     }
 }
@@ -141,6 +145,7 @@ pub async fn run(
         instance,
         max_source_watches,
         credentials,
+        fleet,
     } = options;
     ensure_crds(&client).await?;
     let config = ControllerConfig::default().concurrency(concurrency);
@@ -171,7 +176,8 @@ pub async fn run(
         controller: "cheiron".to_owned(),
         instance: Some(instance),
     };
-    let recorder = events::EventPublisher::new(client.clone(), reporter, events::MAX_CACHED_EVENTS);
+    let recorder =
+        events::EventPublisher::new(client.clone(), reporter.clone(), events::MAX_CACHED_EVENTS);
     let credentials =
         CredentialProviders::new(credentials, Some(client.clone()), Some(metrics.clone()));
     {
@@ -180,18 +186,34 @@ pub async fn run(
             triggers.send(kinds::ManagerRef::from(id))
         }));
     }
-    let ctx = Arc::new(
-        Context::new(
+    let cluster_managers = caches.cluster.clone();
+    let ctx = Context::new(
+        client.clone(),
+        caches,
+        recorder,
+        metrics.clone(),
+        triggers.clone(),
+        resync,
+        max_source_watches,
+    )
+    .with_credentials(credentials);
+    let (ctx, _stop_fleet) = if fleet.enabled {
+        let fleet = Arc::new(fleet::Fleet::new(
             client.clone(),
-            caches,
-            recorder,
+            fleet,
             metrics,
             triggers,
-            resync,
-            max_source_watches,
+            cluster_managers,
+            reporter,
+        ));
+        let task = tokio::spawn(fleet.clone().run());
+        (
+            Arc::new(ctx.with_fleet(fleet)),
+            Some(AbortOnDrop(task.abort_handle())),
         )
-        .with_credentials(credentials),
-    );
+    } else {
+        (Arc::new(ctx), None)
+    };
     let routing = tokio::spawn(triggers::route(client, routing));
     let _stop_routing = AbortOnDrop(routing.abort_handle());
 

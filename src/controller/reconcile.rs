@@ -24,6 +24,7 @@ use super::{
     context::Context,
     desired::{self, SourceKey, source_key},
     error::{ControllerError, Issue, IssueKind},
+    fleet::{Fleet, Role, Workload},
     kinds::ManagerObject,
     plan::FIELD_MANAGER,
     plan::{self, SecretMetadata, Stale, belongs_to},
@@ -36,7 +37,7 @@ use super::{
     },
 };
 use crate::{
-    api::{FINALIZER, annotation},
+    api::{ClusterStatus, FINALIZER, annotation},
     policy::{Manager, ManagerId},
 };
 
@@ -126,50 +127,28 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         &provided,
     );
 
-    let namespaces = ctx.live_namespaces();
     let uid = manager.uid().unwrap_or_default();
-    let targets = ctx
-        .scopes
-        .targets(&compiled, &uid, manager.meta().generation, &namespaces);
     let claimants = ctx.live_managers();
-    let mut plan = plan::plan_targets(
-        &compiled,
-        &manager.owner_reference(),
-        &desired.secrets,
-        &targets,
-        &claimants,
-        &ctx.secrets.relevant(&id, compiled.secret_names()),
-    );
     let report = ServiceAccountReport::default();
-    let (creates, updates) = (
-        std::mem::take(&mut plan.creates),
-        std::mem::take(&mut plan.updates),
-    );
-    let mut issues = write_secrets(ctx, &id, creates, updates).await;
-    for lost in &plan.lost {
-        issues.push(Issue::new(
-            IssueKind::ClaimedByOlder,
-            lost.namespace.clone(),
-            format!(
-                "Secret {} is claimed by the older {}",
-                lost.name, lost.winner
-            ),
-        ));
-    }
-
-    if compiled.mode == crate::api::Mode::ServiceAccount {
-        issues.extend(backfill(ctx, &compiled, &targets, &report).await);
-    }
-    issues.extend(prune(ctx, &compiled, &targets, &claimants, &report).await);
-    let others: Vec<Manager> = claimants.iter().filter(|m| m.id != id).cloned().collect();
-    let mut names: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for s in &plan.deletes {
-        names
-            .entry(s.namespace.clone())
-            .or_default()
-            .push(s.name.clone());
-    }
-    issues.extend(remove(ctx, &id, &names, &plan.deletes, &others, &report).await);
+    let owner = manager.owner_reference();
+    let here = sync_in(
+        ctx,
+        &compiled,
+        &uid,
+        manager.meta().generation,
+        &owner,
+        &desired.secrets,
+        &claimants,
+        &report,
+    )
+    .await;
+    let (plan, issues) = (here.plan, here.issues);
+    let (clusters, cluster_retry) = match (ctx.fleet.as_ref(), manager.as_cluster()) {
+        (Some(fleet), Some(cluster_manager)) => {
+            sync_fleet(fleet, cluster_manager, &owner, &desired.secrets, &report).await
+        }
+        _ => (Vec::new(), None),
+    };
     report.publish(ctx, &manager.object_ref(&())).await;
     for issue in &issues {
         ctx.metrics.reconcile.record_issue(issue.kind.as_str());
@@ -196,6 +175,7 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         retry_in: None,
         pull_secrets: pull_secret_registries(&desired.secrets, manager.current_status()),
         credentials,
+        clusters,
     };
     let mut findings = findings;
     let reference = manager.object_ref(&());
@@ -213,6 +193,8 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
             RECHECK_CLASHES
         }
     };
+    // A workload cluster out of step is retried on its own backoff.
+    let requeue = cluster_retry.map_or(requeue, |retry| requeue.min(retry));
     write_status(manager, ctx, &findings).await?;
     if manager.current_status().and_then(|s| s.observed_generation) != manager.meta().generation {
         // A new or changed spec may change who wins contested names: let the managers that
@@ -227,6 +209,288 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
     Ok(Action::requeue(requeue))
 }
 
+/// What one cluster's sync did: its plan (what was written is gone from it) and what could
+/// not be done.
+pub(super) struct ClusterSync {
+    pub plan: plan::Plan,
+    pub issues: Vec<Issue>,
+}
+
+/// Materialises `desired` for `compiled` in the cluster `target` reaches (this one or a
+/// workload cluster), with `claimants` as the managers that may claim a name there: the
+/// Secrets to create, replace and delete, then the ServiceAccount entries to add and remove.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn sync_in(
+    target: &Context,
+    compiled: &Manager,
+    uid: &str,
+    generation: Option<i64>,
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    desired: &[desired::DesiredSecret],
+    claimants: &[Manager],
+    report: &ServiceAccountReport,
+) -> ClusterSync {
+    let id = &compiled.id;
+    let namespaces = target.live_namespaces();
+    let targets = target
+        .scopes
+        .targets(compiled, uid, generation, &namespaces);
+    let mut plan = plan::plan_targets(
+        compiled,
+        owner,
+        desired,
+        &targets,
+        claimants,
+        &target.secrets.relevant(id, compiled.secret_names()),
+    );
+    let (creates, updates) = (
+        std::mem::take(&mut plan.creates),
+        std::mem::take(&mut plan.updates),
+    );
+    let mut issues = write_secrets(target, id, creates, updates).await;
+    for lost in &plan.lost {
+        issues.push(Issue::new(
+            IssueKind::ClaimedByOlder,
+            lost.namespace.clone(),
+            format!(
+                "Secret {} is claimed by the older {}",
+                lost.name, lost.winner
+            ),
+        ));
+    }
+    if compiled.mode == crate::api::Mode::ServiceAccount {
+        issues.extend(backfill(target, compiled, &targets, report).await);
+    }
+    issues.extend(prune(target, compiled, &targets, claimants, report).await);
+    let others: Vec<Manager> = claimants.iter().filter(|m| m.id != *id).cloned().collect();
+    let mut names: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for s in &plan.deletes {
+        names
+            .entry(s.namespace.clone())
+            .or_default()
+            .push(s.name.clone());
+    }
+    issues.extend(remove(target, id, &names, &plan.deletes, &others, report).await);
+    ClusterSync { plan, issues }
+}
+
+/// The owner reference of the Secrets a manager writes in workload clusters: its uid (what
+/// cheiron's ownership checks read), under an API version no cluster serves, so that no
+/// workload cluster's garbage collector resolves it to a missing object and deletes the
+/// copies (the manager lives in the management cluster, not there).
+fn workload_owner(
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+    let mut owner = owner.clone();
+    owner.api_version = format!("{}/{}", crate::api::GROUP, WORKLOAD_OWNER_VERSION);
+    owner
+}
+
+/// The API version of [`workload_owner`]: a version of cheiron's group that is never served.
+pub const WORKLOAD_OWNER_VERSION: &str = "fleet-management";
+
+/// Syncs `manager` into every workload cluster at once, each bounded by
+/// [`super::fleet::SYNC_TIMEOUT`]: the selected ones get `desired`, the others lose what the
+/// manager left there. Returns the status of each selected cluster and, if one is out of
+/// step, when to retry (backing off per cluster).
+async fn sync_fleet(
+    fleet: &Fleet,
+    manager: &crate::api::ClusterImagePullSecretManager,
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    desired: &[desired::DesiredSecret],
+    report: &ServiceAccountReport,
+) -> (Vec<ClusterStatus>, Option<Duration>) {
+    let owner = workload_owner(owner);
+    let name = manager.name_any();
+    let roles = fleet.roles(manager);
+    let results = futures::future::join_all(roles.into_iter().map(|(cluster, role)| {
+        let owner = &owner;
+        async move {
+            let (workload, selected) = match role {
+                Role::Selected(w) => (w, true),
+                Role::Unselected(w) => (w, false),
+                Role::Unusable(why) => return (cluster, true, Err(why)),
+            };
+            let outcome = tokio::time::timeout(
+                super::fleet::SYNC_TIMEOUT,
+                sync_workload(fleet, &workload, manager, selected, owner, desired, report),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "no answer within {}s; retrying",
+                    super::fleet::SYNC_TIMEOUT.as_secs()
+                ))
+            });
+            (cluster, selected, outcome)
+        }
+    }))
+    .await;
+    let mut statuses = Vec::new();
+    let mut retry: Option<Duration> = None;
+    for (cluster, selected, outcome) in results {
+        let ready = matches!(&outcome, Ok(s) if s.message.is_none());
+        fleet.metrics().fleet.record_sync(&cluster, ready);
+        if ready {
+            fleet.reset_failures(&name, &cluster);
+        } else {
+            let delay = retry_delay(
+                &format!("{name}/{cluster}"),
+                fleet.record_failure(&name, &cluster),
+            );
+            retry = Some(retry.map_or(delay, |r| r.min(delay)));
+        }
+        let status = match outcome {
+            Ok(mut status) => {
+                status.name = cluster;
+                status
+            }
+            Err(message) => {
+                tracing::warn!(
+                    manager = name,
+                    cluster,
+                    error = message,
+                    "workload cluster not synced"
+                );
+                ClusterStatus {
+                    name: cluster,
+                    ready: false,
+                    message: Some(message),
+                    ..ClusterStatus::default()
+                }
+            }
+        };
+        if selected {
+            statuses.push(status);
+        } else if let Some(message) = &status.message {
+            tracing::warn!(
+                manager = name,
+                cluster = status.name,
+                error = message,
+                "cleaning up in a workload cluster the manager no longer selects failed"
+            );
+        }
+    }
+    (statuses, retry)
+}
+
+/// Takes away what a deleted `manager` left in every workload cluster (those being deleted
+/// are released, not cleaned); one issue per cluster where that failed or could not be tried.
+async fn cleanup_fleet(
+    fleet: &Fleet,
+    manager: &crate::api::ClusterImagePullSecretManager,
+    report: &ServiceAccountReport,
+) -> Vec<Issue> {
+    let owner = workload_owner(&manager.owner_reference());
+    let results =
+        futures::future::join_all(fleet.roles(manager).into_iter().map(|(cluster, role)| {
+            let owner = &owner;
+            async move {
+                let workload = match role {
+                    Role::Selected(w) | Role::Unselected(w) => w,
+                    Role::Unusable(why) => return (cluster, Err(why)),
+                };
+                let outcome = tokio::time::timeout(
+                    super::fleet::SYNC_TIMEOUT,
+                    sync_workload(fleet, &workload, manager, false, owner, &[], report),
+                )
+                .await
+                .unwrap_or_else(|_| Err("no answer in time".to_owned()));
+                (cluster, outcome)
+            }
+        }))
+        .await;
+    results
+        .into_iter()
+        .filter_map(|(cluster, outcome)| {
+            let message = match outcome {
+                Ok(status) => status.message?,
+                Err(message) => message,
+            };
+            Some(Issue::new(
+                IssueKind::SecretDelete,
+                format!("cluster {cluster}"),
+                message,
+            ))
+        })
+        .collect()
+}
+
+/// One manager in one workload cluster: the cluster must answer and its watches must have
+/// listed before anything is planned there.
+async fn sync_workload(
+    fleet: &Fleet,
+    workload: &Workload,
+    manager: &crate::api::ClusterImagePullSecretManager,
+    selected: bool,
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    desired: &[desired::DesiredSecret],
+    report: &ServiceAccountReport,
+) -> Result<ClusterStatus, String> {
+    let target = &workload.ctx;
+    let probe = tokio::time::timeout(
+        super::fleet::CONNECT_TIMEOUT,
+        target.client.apiserver_version(),
+    )
+    .await;
+    let answered = matches!(probe, Ok(Ok(_)));
+    fleet
+        .metrics()
+        .fleet
+        .set_connected(&workload.name, answered && workload.synced());
+    match probe {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => return Err(format!("unreachable: {}", crate::message::api_error(&e))),
+        Err(_) => {
+            return Err(format!(
+                "unreachable: no answer within {}s",
+                super::fleet::CONNECT_TIMEOUT.as_secs()
+            ));
+        }
+    }
+    if !workload.synced() {
+        return Err(
+            "connecting: its Namespaces, Secrets and ServiceAccounts are not listed yet".to_owned(),
+        );
+    }
+    let compiled = Manager::from_cluster_in(manager, selected).map_err(|e| e.to_string())?;
+    let claimants = fleet.claimants_in(&workload.name);
+    // Never remembered: whether the cluster is selected changes without the manager changing.
+    let uid = manager.uid().unwrap_or_default();
+    let sync = sync_in(
+        target, &compiled, &uid, None, owner, desired, &claimants, report,
+    )
+    .await;
+    let troubled: BTreeSet<&str> = sync
+        .issues
+        .iter()
+        .map(|i| i.namespace.as_str())
+        .chain(sync.plan.held.iter().map(|(ns, _)| ns.as_str()))
+        .collect();
+    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    let synced = sync
+        .plan
+        .targets
+        .iter()
+        .filter(|t| !troubled.contains(t.as_str()))
+        .count();
+    let message = sync.issues.first().map(|i| {
+        let more = sync.issues.len() - 1;
+        if more > 0 {
+            format!("{i} (and {more} more)")
+        } else {
+            i.to_string()
+        }
+    });
+    Ok(ClusterStatus {
+        name: workload.name.clone(),
+        ready: message.is_none(),
+        target_namespaces: count(sync.plan.targets.len()),
+        synced_namespaces: count(synced),
+        message,
+    })
+}
+
 /// The first retry after a failure, doubling up to [`MAX_RETRY_DELAY`].
 const FIRST_RETRY_DELAY: Duration = Duration::from_secs(5);
 /// The longest wait between retries of a manager that keeps failing.
@@ -235,7 +499,7 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(300);
 /// How long to wait before retrying a manager named `name` after `failures` failed attempts
 /// in a row: exponential, capped, and spread by up to ±20 % per manager, so that managers
 /// failing together (an apiserver throttling everyone) do not retry together.
-fn retry_delay(name: &str, failures: u32) -> Duration {
+pub(super) fn retry_delay(name: &str, failures: u32) -> Duration {
     use std::hash::{Hash, Hasher};
     let base = FIRST_RETRY_DELAY
         .saturating_mul(1u32 << failures.min(6))
@@ -270,6 +534,9 @@ async fn write_status<K: ManagerObject>(
     if next.credentials.is_empty() && previous.is_some_and(|p| !p.credentials.is_empty()) {
         // A merge patch keeps what it does not name: clear the list explicitly.
         patch["status"]["credentials"] = serde_json::Value::Null;
+    }
+    if next.clusters.is_empty() && previous.is_some_and(|p| !p.clusters.is_empty()) {
+        patch["status"]["clusters"] = serde_json::Value::Null;
     }
     api.patch_status(
         &manager.name_any(),
@@ -363,7 +630,10 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
         })
         .collect();
     let report = ServiceAccountReport::default();
-    let failures = remove(ctx, &id, &names, &stale, &others, &report).await;
+    let mut failures = remove(ctx, &id, &names, &stale, &others, &report).await;
+    if let (Some(fleet), Some(cluster_manager)) = (ctx.fleet.as_ref(), manager.as_cluster()) {
+        failures.extend(cleanup_fleet(fleet, cluster_manager, &report).await);
+    }
     report.publish(ctx, &manager.object_ref(&())).await;
     if let Some(issue) = failures.first().cloned() {
         let abandon = manager

@@ -8,10 +8,14 @@ use super::{
     error::Issue,
     registry_keys::UnusableKey,
 };
-use crate::api::{CredentialStatus, ManagerStatus, NamespaceFailure, PullSecretRegistries};
+use crate::api::{
+    ClusterStatus, CredentialStatus, ManagerStatus, NamespaceFailure, PullSecretRegistries,
+};
 
 /// Most per-namespace failures a status lists.
 pub const MAX_FAILURES: usize = 20;
+/// Most workload clusters `status.clusters` lists (the CRD's bound).
+pub const MAX_CLUSTERS: usize = 1000;
 /// Longest condition message.
 const MAX_MESSAGE: usize = 1024;
 
@@ -37,6 +41,9 @@ pub mod reason {
     pub const CREDENTIAL_PROVIDER_FAILED: &str = "CredentialProviderFailed";
     /// A namespaced manager may not use the provider (docs/credential-providers.md).
     pub const CREDENTIAL_PROVIDER_NOT_ALLOWED: &str = "CredentialProviderNotAllowed";
+    /// A workload cluster the manager selects is not in sync: unreachable, a bad kubeconfig,
+    /// or writes refused there (`status.clusters` says which and why; docs/fleet.md).
+    pub const WORKLOAD_CLUSTER_NOT_SYNCED: &str = "WorkloadClusterNotSynced";
 }
 
 /// What one reconcile found.
@@ -64,6 +71,8 @@ pub struct Findings {
     pub pull_secrets: Vec<PullSecretRegistries>,
     /// The provider-backed Secrets, for `status.credentials`.
     pub credentials: Vec<CredentialStatus>,
+    /// The workload clusters selected, for `status.clusters` (empty without `spec.clusters`).
+    pub clusters: Vec<ClusterStatus>,
 }
 
 impl Findings {
@@ -150,7 +159,29 @@ fn ready(f: &Findings) -> (&'static str, &'static str, String) {
             return ("False", why, message);
         }
     }
+    let unsynced: Vec<String> = f
+        .clusters
+        .iter()
+        .filter(|c| !c.ready)
+        .map(|c| match &c.message {
+            Some(m) => format!("cluster {}: {m}", c.name),
+            None => format!("cluster {}", c.name),
+        })
+        .collect();
+    if !unsynced.is_empty() {
+        return (
+            "False",
+            reason::WORKLOAD_CLUSTER_NOT_SYNCED,
+            format!("{}; {counts} here", unsynced.join("; ")),
+        );
+    }
     let mut message = counts;
+    if !f.clusters.is_empty() {
+        message.push_str(&format!(
+            "; {} workload cluster(s) synced",
+            f.clusters.len()
+        ));
+    }
     for c in &f.credentials {
         if let Some(why) = &c.refresh_failing {
             message.push_str(&format!(
@@ -223,6 +254,15 @@ pub fn status(findings: &Findings, previous: Option<&ManagerStatus>, now: Time) 
         failures,
         pull_secrets: findings.pull_secrets.clone(),
         credentials: findings.credentials.clone(),
+        clusters: findings
+            .clusters
+            .iter()
+            .take(MAX_CLUSTERS)
+            .map(|c| crate::api::ClusterStatus {
+                message: c.message.clone().map(truncate),
+                ..c.clone()
+            })
+            .collect(),
     }
 }
 
@@ -429,6 +469,46 @@ mod tests {
         assert_eq!(
             s.conditions[0].message,
             "1/1 namespaces synced; mergeInto: registries present in several entries, the earlier entry wins: docker.io (spec.secrets[2]) lost to https://index.docker.io/v1/ (spec.secrets[0])"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_workload_cluster_out_of_step_makes_the_manager_not_ready_and_says_which()
+    -> Result<(), serde_json::Error> {
+        let cluster = |name: &str, ready: bool, message: Option<&str>| ClusterStatus {
+            name: name.to_owned(),
+            ready,
+            target_namespaces: 2,
+            synced_namespaces: if ready { 2 } else { 0 },
+            message: message.map(str::to_owned),
+        };
+        let f = Findings {
+            targets: 1,
+            synced: 1,
+            clusters: vec![
+                cluster("capi/east", true, None),
+                cluster("capi/west", false, Some("unreachable: connection refused")),
+            ],
+            ..Findings::default()
+        };
+        let s = status(&f, None, time("2026-01-01T00:00:00Z")?);
+        assert_eq!(s.conditions[0].status, "False");
+        assert_eq!(s.conditions[0].reason, reason::WORKLOAD_CLUSTER_NOT_SYNCED);
+        assert_eq!(
+            s.conditions[0].message,
+            "cluster capi/west: unreachable: connection refused; 1/1 namespaces synced here"
+        );
+        assert_eq!(s.clusters, f.clusters);
+        let all_ready = Findings {
+            clusters: vec![cluster("capi/east", true, None)],
+            ..f
+        };
+        let s = status(&all_ready, None, time("2026-01-01T00:00:00Z")?);
+        assert_eq!(s.conditions[0].reason, reason::SYNCED);
+        assert_eq!(
+            s.conditions[0].message,
+            "1/1 namespaces synced; 1 workload cluster(s) synced"
         );
         Ok(())
     }

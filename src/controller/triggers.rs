@@ -151,11 +151,22 @@ impl RoutableManagers {
 pub(super) struct CompiledManagers {
     /// The managers, and a hash of the stores' uids and resourceVersions they were compiled from.
     cache: Arc<Mutex<Option<Stamped>>>,
+    /// Compiled as they act in workload clusters (see [`super::fleet`]), not here.
+    workloads: bool,
 }
 
 type Stamped = (u64, Arc<RoutableManagers>);
 
 impl CompiledManagers {
+    /// For the watches of a workload cluster: the cluster managers with their scope whatever
+    /// `includeLocal` says (which of them select the cluster is the reconcile's business).
+    pub fn for_workloads() -> Self {
+        Self {
+            cache: Arc::default(),
+            workloads: true,
+        }
+    }
+
     /// The managers of the two stores as they are now.
     pub fn current(
         &self,
@@ -178,10 +189,21 @@ impl CompiledManagers {
         match &*cache {
             Some((at, compiled)) if *at == stamp => compiled.clone(),
             _ => {
-                let (live, _invalid) = live_managers(
-                    namespaced.iter().map(|m| &**m),
-                    cluster.iter().map(|m| &**m),
-                );
+                let live = if self.workloads {
+                    let mut live: Vec<Manager> = cluster
+                        .iter()
+                        .filter(|m| m.metadata.deletion_timestamp.is_none())
+                        .filter_map(|m| Manager::from_cluster_for_workloads(m).ok())
+                        .collect();
+                    live.sort_by(|a, b| a.seniority().cmp(&b.seniority()));
+                    live
+                } else {
+                    live_managers(
+                        namespaced.iter().map(|m| &**m),
+                        cluster.iter().map(|m| &**m),
+                    )
+                    .0
+                };
                 let compiled = Arc::new(RoutableManagers::new(live));
                 *cache = Some((stamp, compiled.clone()));
                 compiled

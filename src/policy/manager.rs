@@ -155,8 +155,27 @@ impl Manager {
         )
     }
 
-    /// Compiles a `ClusterImagePullSecretManager`.
+    /// Compiles a `ClusterImagePullSecretManager` as it acts in the cluster it lives in: in
+    /// no namespace at all when `spec.clusters.includeLocal` is false.
     pub fn from_cluster(m: &ClusterImagePullSecretManager) -> Result<Self, InvalidManager> {
+        let local = m.spec.clusters.as_ref().is_none_or(|c| c.include_local);
+        Self::from_cluster_in(m, local)
+    }
+
+    /// Compiles a `ClusterImagePullSecretManager` as it acts in the workload clusters that
+    /// `spec.clusters.selector` selects (docs/fleet.md): its scope whatever `includeLocal` says.
+    pub fn from_cluster_for_workloads(
+        m: &ClusterImagePullSecretManager,
+    ) -> Result<Self, InvalidManager> {
+        Self::from_cluster_in(m, true)
+    }
+
+    /// Compiles a `ClusterImagePullSecretManager` with its scope (`in_scope`) or acting in no
+    /// namespace at all (what it is in a workload cluster it does not select).
+    pub fn from_cluster_in(
+        m: &ClusterImagePullSecretManager,
+        in_scope: bool,
+    ) -> Result<Self, InvalidManager> {
         let id = ManagerId {
             kind: ManagerKind::Cluster,
             namespace: None,
@@ -174,10 +193,25 @@ impl Manager {
                 })
                 .collect()
         };
+        selector(
+            &id,
+            "clusters.selector",
+            spec.clusters.as_ref().and_then(|c| c.selector.as_ref()),
+        )?;
+        let mut exclude = globs(&spec.exclude_namespaces)?;
+        if !in_scope {
+            // `includeLocal: false`: every namespace is excluded here.
+            exclude.push(
+                NamespaceGlob::parse("*").map_err(|source| InvalidManager::Glob {
+                    manager: id.clone(),
+                    source,
+                })?,
+            );
+        }
         let scope = Scope::Cluster {
             selector: selector(&id, "namespaceSelector", spec.namespace_selector.as_ref())?,
             include: globs(&spec.namespaces)?,
-            exclude: globs(&spec.exclude_namespaces)?,
+            exclude,
         };
         Self::compile(
             id,

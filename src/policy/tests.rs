@@ -404,3 +404,47 @@ fn live_managers_leaves_out_those_being_deleted_and_orders_oldest_first() -> Tes
     );
     Ok(())
 }
+
+#[test]
+fn include_local_false_acts_in_no_namespace_here_and_keeps_its_scope_for_workload_clusters()
+-> TestResult {
+    let yaml = format!("{CLUSTER}  clusters:\n    selector: {{}}\n    includeLocal: false\n");
+    let m: ClusterImagePullSecretManager = serde_saphyr::from_str(&yaml)?;
+    let here = Manager::from_cluster(&m)?;
+    let there = Manager::from_cluster_for_workloads(&m)?;
+    let sa = Object::service_account("default");
+    for name in ["default", "team-a"] {
+        assert_eq!(
+            decide(&sa.subject(), &ns(name, &[]), [&here]),
+            Decision::Skip(Skip::NoManager),
+            "here, {name}"
+        );
+        assert_eq!(
+            injected(decide(&sa.subject(), &ns(name, &[]), [&there])),
+            ["company-pull"],
+            "there, {name}"
+        );
+    }
+    // includeLocal defaults to true: as without spec.clusters.
+    let yaml = format!("{CLUSTER}  clusters:\n    selector: {{}}\n");
+    let m: ClusterImagePullSecretManager = serde_saphyr::from_str(&yaml)?;
+    assert_eq!(
+        injected(decide(
+            &sa.subject(),
+            &ns("team-a", &[]),
+            [&Manager::from_cluster(&m)?]
+        )),
+        ["company-pull"]
+    );
+    Ok(())
+}
+
+#[test]
+fn invalid_cluster_selector_is_reported_not_ignored() -> TestResult {
+    let result = cluster(&format!(
+        "{CLUSTER}  clusters:\n    selector:\n      matchExpressions: [{{key: env, operator: Near, values: [b]}}]\n"
+    ));
+    let message = result.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(message.contains("clusters.selector"), "{message}");
+    Ok(())
+}

@@ -20,6 +20,7 @@ mod scenario;
 mod conflicts;
 mod credential_provider;
 mod deletion;
+mod fleet;
 mod gitops;
 mod leader_election;
 mod materialise;

@@ -67,6 +67,13 @@ impl Cluster {
         &self.certificates.dir
     }
 
+    /// Starts a workload cluster `name` on this cluster's etcd (see [`super::workload`]).
+    pub async fn start_workload(&self, name: &str) -> Result<super::workload::WorkloadCluster> {
+        self.control_plane
+            .start_workload(&self.dir.join("workloads"), name)
+            .await
+    }
+
     /// The apiserver's log file.
     pub fn apiserver_log(&self) -> &Path {
         &self.control_plane.apiserver_log

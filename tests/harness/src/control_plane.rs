@@ -38,17 +38,17 @@ pub struct ControlPlaneOptions {
 
 /// How a process of the control plane is started again after a test stopped it.
 #[derive(Debug)]
-struct Launch {
-    name: &'static str,
-    program: PathBuf,
-    args: Vec<String>,
-    log: PathBuf,
-    starts: u32,
+pub(crate) struct Launch {
+    pub(crate) name: &'static str,
+    pub(crate) program: PathBuf,
+    pub(crate) args: Vec<String>,
+    pub(crate) log: PathBuf,
+    pub(crate) starts: u32,
 }
 
 impl Launch {
     /// Spawns it; the first start logs to `<name>.log`, the n-th to `<name>-<n>.log`.
-    fn spawn(&mut self) -> Result<Process> {
+    pub(crate) fn spawn(&mut self) -> Result<Process> {
         self.starts += 1;
         let log = if self.starts == 1 {
             self.log.clone()
@@ -77,7 +77,9 @@ pub struct ControlPlane {
     /// `https://127.0.0.1:PORT`.
     pub server: String,
     admin_token: String,
-    etcd_url: String,
+    pub(crate) etcd_url: String,
+    /// Where etcd and kube-apiserver were found.
+    pub(crate) bin: PathBuf,
     apiserver_launch: Launch,
     etcd_launch: Launch,
     // Dropped in field order: kcm, then the apiserver, then etcd.
@@ -255,6 +257,7 @@ impl ControlPlane {
             server,
             admin_token,
             etcd_url,
+            bin,
             apiserver_launch,
             etcd_launch,
             _controller_manager: controller_manager,
@@ -339,7 +342,7 @@ impl ControlPlane {
 }
 
 /// A client for the control plane's own endpoints (self-signed certificates).
-fn insecure_http() -> Result<reqwest::Client> {
+pub(crate) fn insecure_http() -> Result<reqwest::Client> {
     Ok(reqwest::Client::builder()
         .danger_accept_invalid_certs(true)
         .timeout(Duration::from_secs(2))
@@ -373,7 +376,7 @@ async fn apiserver_readyz(http: &reqwest::Client, server: &str, token: &str) -> 
     response.text().await.is_ok_and(|body| body == "ok")
 }
 
-async fn wait_for_apiserver(
+pub(crate) async fn wait_for_apiserver(
     apiserver: &mut Process,
     http: &reqwest::Client,
     server: &str,

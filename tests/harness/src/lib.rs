@@ -34,6 +34,7 @@ pub mod service_proxy;
 pub mod source;
 mod wait;
 mod webhook;
+pub mod workload;
 
 pub use cluster::{Cluster, run_dir};
 pub use control_plane::{
