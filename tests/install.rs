@@ -893,6 +893,72 @@ providers:
     }
 
     #[test]
+    fn fleet_is_off_by_default_and_when_on_reads_cluster_api_clusters_only_where_asked() -> Result {
+        let is_fleet_rbac = |o: &Value| {
+            o["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("-fleet"))
+        };
+        let default = render(&[])?;
+        assert!(!default.iter().any(is_fleet_rbac), "fleet RBAC by default");
+        let controller = args(&default, "cheiron-controller")?;
+        assert!(
+            !controller.iter().any(|a| a.contains("fleet")),
+            "{controller:?}"
+        );
+
+        let objects = render(&["fleet.enabled=true", "fleet.namespaces={capi-a,capi-b}"])?;
+        let controller = args(&objects, "cheiron-controller")?;
+        for flag in [
+            "--fleet",
+            "--fleet-namespace=capi-a",
+            "--fleet-namespace=capi-b",
+        ] {
+            assert!(controller.contains(&flag), "{flag} missing: {controller:?}");
+        }
+        let webhook = args(&objects, "cheiron-webhook")?;
+        assert!(!webhook.iter().any(|a| a.contains("fleet")), "{webhook:?}");
+        let roles: Vec<(&str, &str, &Value)> = objects
+            .iter()
+            .filter(|o| is_fleet_rbac(o))
+            .filter_map(|o| {
+                Some((
+                    o["kind"].as_str()?,
+                    o["metadata"]["namespace"].as_str().unwrap_or(""),
+                    o,
+                ))
+            })
+            .collect();
+        let mut kinds: Vec<(&str, &str)> = roles.iter().map(|(k, ns, _)| (*k, *ns)).collect();
+        kinds.sort();
+        assert_eq!(
+            kinds,
+            [
+                ("Role", "capi-a"),
+                ("Role", "capi-b"),
+                ("RoleBinding", "capi-a"),
+                ("RoleBinding", "capi-b")
+            ]
+        );
+        for (kind, _, role) in &roles {
+            if *kind == "Role" {
+                assert_eq!(
+                    role["rules"],
+                    serde_json::json!([{"apiGroups": ["cluster.x-k8s.io"], "resources": ["clusters"], "verbs": ["list", "watch"]}])
+                );
+            }
+        }
+        let everywhere = render(&["fleet.enabled=true"])?;
+        let kinds: Vec<&str> = everywhere
+            .iter()
+            .filter(|o| is_fleet_rbac(o))
+            .filter_map(|o| o["kind"].as_str())
+            .collect();
+        assert_eq!(kinds, ["ClusterRole", "ClusterRoleBinding"]);
+        Ok(())
+    }
+
+    #[test]
     fn split_gives_each_identity_only_its_own_roles_and_names_them_after_the_base_name() -> Result {
         let objects = render(&["serviceAccount.name=pull"])?;
         assert_eq!(
