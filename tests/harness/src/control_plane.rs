@@ -279,19 +279,13 @@ impl ControlPlane {
 
     /// Starts kube-apiserver again with the same flags (and port) and waits until `/readyz`.
     pub async fn start_apiserver(&mut self) -> Result<()> {
-        if self.apiserver.is_some() {
-            return Err("kube-apiserver is already running".into());
-        }
-        let mut apiserver = self.apiserver_launch.spawn()?;
-        wait_for_apiserver(
-            &mut apiserver,
-            &insecure_http()?,
+        restart_apiserver(
+            &mut self.apiserver,
+            &mut self.apiserver_launch,
             &self.server,
             &self.admin_token,
         )
-        .await?;
-        self.apiserver = Some(apiserver);
-        Ok(())
+        .await
     }
 
     /// Stops etcd: SIGTERM or, with `kill`, SIGKILL. Its data stays.
@@ -339,6 +333,23 @@ impl ControlPlane {
     pub fn apiserver_pid(&self) -> Option<u32> {
         self.apiserver.as_ref().map(Process::pid)
     }
+}
+
+/// Starts a stopped kube-apiserver (`running` empty) again from its `launch` and waits until
+/// `server` answers `/readyz` to `token`.
+pub(crate) async fn restart_apiserver(
+    running: &mut Option<Process>,
+    launch: &mut Launch,
+    server: &str,
+    token: &str,
+) -> Result<()> {
+    if running.is_some() {
+        return Err("kube-apiserver is already running".into());
+    }
+    let mut apiserver = launch.spawn()?;
+    wait_for_apiserver(&mut apiserver, &insecure_http()?, server, token).await?;
+    *running = Some(apiserver);
+    Ok(())
 }
 
 /// A client for the control plane's own endpoints (self-signed certificates).

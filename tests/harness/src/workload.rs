@@ -26,7 +26,8 @@ use kube::{
 use super::{
     Result,
     control_plane::{
-        ControlPlane, Launch, free_ports, insecure_http, random_token, wait_for_apiserver,
+        ControlPlane, Launch, free_ports, insecure_http, random_token, restart_apiserver,
+        wait_for_apiserver,
     },
     process::Process,
 };
@@ -161,19 +162,13 @@ impl WorkloadCluster {
 
     /// Starts its kube-apiserver again, same port and data, and waits until it is ready.
     pub async fn start(&mut self) -> Result<()> {
-        if self.apiserver.is_some() {
-            return Err("this workload kube-apiserver is already running".into());
-        }
-        let mut apiserver = self.launch.spawn()?;
-        wait_for_apiserver(
-            &mut apiserver,
-            &insecure_http()?,
+        restart_apiserver(
+            &mut self.apiserver,
+            &mut self.launch,
             &self.server,
             &self.admin_token,
         )
-        .await?;
-        self.apiserver = Some(apiserver);
-        Ok(())
+        .await
     }
 
     /// Its process id, while it runs (for memory figures).
