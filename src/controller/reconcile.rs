@@ -175,6 +175,7 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         retry_in: None,
         pull_secrets: pull_secret_registries(&desired.secrets, manager.current_status()),
         credentials,
+        pod_mode_in_workloads: compiled.mode == crate::api::Mode::Pod,
         clusters,
     };
     let mut findings = findings;

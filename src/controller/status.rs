@@ -73,6 +73,9 @@ pub struct Findings {
     pub credentials: Vec<CredentialStatus>,
     /// The workload clusters selected, for `status.clusters` (empty without `spec.clusters`).
     pub clusters: Vec<ClusterStatus>,
+    /// Mode Pod with workload clusters selected: the Secrets reach them, but only a cheiron
+    /// webhook running there can add them to Pods (docs/fleet.md), which the message says.
+    pub pod_mode_in_workloads: bool,
 }
 
 impl Findings {
@@ -181,6 +184,12 @@ fn ready(f: &Findings) -> (&'static str, &'static str, String) {
             "; {} workload cluster(s) synced",
             f.clusters.len()
         ));
+    }
+    if f.pod_mode_in_workloads && !f.clusters.is_empty() {
+        message.push_str(
+            "; mode Pod: the Secrets are in the workload clusters, but their Pods get them only \
+             from a cheiron webhook running in each of them (docs/fleet.md)",
+        );
     }
     for c in &f.credentials {
         if let Some(why) = &c.refresh_failing {
@@ -509,6 +518,19 @@ mod tests {
         assert_eq!(
             s.conditions[0].message,
             "1/1 namespaces synced; 1 workload cluster(s) synced"
+        );
+        // Mode Pod: said, not pretended.
+        let pods = Findings {
+            pod_mode_in_workloads: true,
+            ..all_ready
+        };
+        let s = status(&pods, None, time("2026-01-01T00:00:00Z")?);
+        assert!(
+            s.conditions[0].message.contains(
+                "mode Pod: the Secrets are in the workload clusters, but their Pods get them only from a cheiron webhook running in each of them"
+            ),
+            "{}",
+            s.conditions[0].message
         );
         Ok(())
     }

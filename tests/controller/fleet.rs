@@ -364,6 +364,26 @@ async fn a_manager_in_the_management_cluster_keeps_two_workload_clusters_in_step
     })
     .await?;
 
+    // A namespace of west leaving the scope loses what cheiron put there, and gets it back.
+    let west_namespaces: Api<Namespace> = Api::all(west.client()?);
+    let relabel = |value: Value| json!({"metadata": {"labels": {TARGET_LABEL: value}}});
+    west_namespaces
+        .patch(
+            &apps,
+            &PatchParams::default(),
+            &Patch::Merge(relabel(Value::Null)),
+        )
+        .await?;
+    until_clean(&west, &apps).await?;
+    west_namespaces
+        .patch(
+            &apps,
+            &PatchParams::default(),
+            &Patch::Merge(relabel(Value::from(s.id()))),
+        )
+        .await?;
+    until_synced(&west, &apps, &v4, REACH).await?;
+
     // includeLocal: false takes the copies away here, not there.
     let api: Api<DynamicObject> = Api::all_with(
         s.client().clone(),
