@@ -9,7 +9,7 @@ mod subject;
 #[cfg(test)]
 mod tests;
 
-pub use patch::{PullSecretPatch, build_patch, reconcile_with};
+pub use patch::{PullSecretPatch, build_patch, mark_missing, reconcile_with};
 pub use review::{Admission, InvalidReview, Outcome, Review, parse, review};
 pub use subject::{AdmittedObject, Interpreted, Uninterpretable, interpret};
 
@@ -76,16 +76,42 @@ pub fn mutate_interpreted(interpreted: &Interpreted, namespace: &str, view: &dyn
         Decision::Skip(skip) => return unchanged(MutationResult::Skipped(skip)),
         Decision::Inject { secrets, .. } => secrets,
     };
-    let Some(PullSecretPatch { patch, added }) = build_patch(interpreted, &secrets) else {
+    let Some(PullSecretPatch { mut patch, added }) = build_patch(interpreted, &secrets) else {
         return unchanged(MutationResult::Unchanged);
     };
+    // Known missing: cheiron's Secret cache does not hold it, and it is one cheiron writes
+    // (not the user's own Secret, injected under its name in its namespace, which that cache
+    // cannot tell about).
+    let in_place = |name: &str| managers.iter().any(|m| m.sources_in_place(namespace, name));
+    let known_missing =
+        |name: &str| view.secret_exists(namespace, name) == Some(false) && !in_place(name);
     let warnings = added
         .iter()
-        .filter(|name| view.secret_exists(namespace, name) == Some(false))
+        .filter(|name| known_missing(name))
         .map(|name| {
             format!("cheiron: pull secret {namespace}/{name} does not exist yet; it was referenced anyway and the controller will create it")
         })
         .collect();
+    // A Pod keeps the names, so that the controller can warn on it when one is still missing
+    // after a grace period (a ServiceAccount does not pull; the controller backfills it). When
+    // the cache cannot tell (the split install's webhook, or the user's own Secret), a name is
+    // checked if a manager that injects it is not Ready (e.g. `SourceMissing`): the controller
+    // reads the Secret before it warns, so a name checked for nothing costs one GET. A manager
+    // without a status (not reconciled yet, or read from a file) does not count as not Ready.
+    if interpreted.kind == SubjectKind::Pod {
+        let unsure = |name: &str| {
+            (in_place(name) || view.secret_exists(namespace, name).is_none())
+                && managers
+                    .iter()
+                    .any(|m| m.is_not_ready() && m.secret_names().iter().any(|n| n == name))
+        };
+        let check: Vec<String> = added
+            .iter()
+            .filter(|name| known_missing(name) || unsure(name))
+            .cloned()
+            .collect();
+        mark_missing(&mut patch, interpreted, &check);
+    }
     Mutation {
         result: MutationResult::Patched,
         patch,

@@ -6,7 +6,7 @@ use json_patch::{AddOperation, Patch, PatchOperation, jsonptr::PointerBuf};
 use serde_json::{Map, Value, json};
 
 use super::subject::{Interpreted, list_tokens};
-use crate::api::annotation;
+use crate::api::{annotation, label};
 
 /// A patch and the names it appends.
 #[derive(Clone, Debug, PartialEq)]
@@ -100,4 +100,34 @@ pub fn build_patch(interpreted: &Interpreted, wanted: &[String]) -> Option<PullS
         patch: Patch(ops),
         added,
     })
+}
+
+/// Appends to `patch` (built by [`build_patch`] for a Pod, so `metadata.annotations` exists
+/// once it applies) the operations that mark the Pod as referencing `missing` Secrets: the
+/// [`label::MISSING_SECRETS`] label, which the controller's Pod watch selects on, and the
+/// [`annotation::MISSING_SECRETS`] annotation with the names. One key at a time: an existing
+/// `labels` map is never replaced, only created when absent. Does nothing when `missing` is
+/// empty.
+pub fn mark_missing(patch: &mut Patch, interpreted: &Interpreted, missing: &[String]) {
+    if missing.is_empty() {
+        return;
+    }
+    let mut names: Vec<&str> = missing.iter().map(String::as_str).collect();
+    names.sort_unstable();
+    names.dedup();
+    if interpreted.has_metadata && interpreted.has_labels {
+        patch.0.push(add(
+            PointerBuf::from_tokens(["metadata", "labels", label::MISSING_SECRETS]),
+            Value::from(label::MISSING_SECRETS_VALUE),
+        ));
+    } else {
+        patch.0.push(add(
+            PointerBuf::from_tokens(["metadata", "labels"]),
+            json!({ label::MISSING_SECRETS: label::MISSING_SECRETS_VALUE }),
+        ));
+    }
+    patch.0.push(add(
+        PointerBuf::from_tokens(["metadata", "annotations", annotation::MISSING_SECRETS]),
+        Value::from(names.join(",")),
+    ));
 }

@@ -206,6 +206,7 @@ impl AdmittedObject {
             existing: list.clone().unwrap_or_default(),
             images: images.to_vec(),
             has_metadata: self.has_metadata,
+            has_labels: self.metadata.labels.is_some(),
             has_annotations: self.metadata.annotations.is_some(),
             has_list_parent: has_parent,
             has_list: list.is_some(),
@@ -232,6 +233,8 @@ pub struct Interpreted {
     pub images: Vec<String>,
     /// `metadata` is an object.
     pub has_metadata: bool,
+    /// `metadata.labels` is an object.
+    pub has_labels: bool,
     /// `metadata.annotations` is an object.
     pub has_annotations: bool,
     /// The list's parent exists (`spec` of a Pod; always for a ServiceAccount).

@@ -18,15 +18,21 @@ fn manager(
 ) -> Result<Manager, Box<dyn std::error::Error>> {
     let secrets: Vec<Value> = names
         .iter()
-        .map(|n| json!({"existingSecretRef": {"name": n}}))
+        .map(|n| json!({"name": n, "registry": "registry.example.com", "username": "u", "password": "p"}))
         .collect();
     let m: ImagePullSecretManager = serde_json::from_value(json!({
         "apiVersion": "cheiron.anny.co/v1alpha1",
         "kind": "ImagePullSecretManager",
         "metadata": {"name": "m", "namespace": namespace},
         "spec": {"mode": mode, "secrets": secrets},
+        "status": {"conditions": [ready_condition()]},
     }))?;
     Ok(Manager::from_namespaced(&m)?)
+}
+
+fn ready_condition() -> Value {
+    json!({"type": "Ready", "status": "True", "reason": "Synced", "message": "",
+           "lastTransitionTime": "2026-01-01T00:00:00Z"})
 }
 
 fn view(mode: &str, names: &[&str]) -> Result<StaticView, Box<dyn std::error::Error>> {
@@ -171,6 +177,196 @@ fn missing_secrets_draw_a_warning_but_are_still_referenced() -> TestResult {
         mutation.warnings[0].contains("team/absent"),
         "{:?}",
         mutation.warnings
+    );
+    Ok(())
+}
+
+/// A Pod view in which only `team/present` exists.
+fn pod_view_with_present() -> Result<StaticView, Box<dyn std::error::Error>> {
+    Ok(view("Pod", &["present", "absent", "gone"])?
+        .with_secrets([("team".to_owned(), "present".to_owned())]))
+}
+
+#[test]
+fn a_pod_referencing_missing_secrets_is_labelled_and_keeps_its_own_labels() -> TestResult {
+    let pod = json!({
+        "metadata": {
+            "name": "web",
+            "labels": {"app": "web", "app.kubernetes.io/name": "shop"},
+            "annotations": {"team.example.com/owner": "alice"},
+        },
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+    });
+    let mutation = mutate(&pod, SubjectKind::Pod, "team", &pod_view_with_present()?)?;
+    assert_eq!(mutation.result, MutationResult::Patched);
+    // One operation per key: the existing maps are never replaced.
+    let paths: Vec<String> = mutation
+        .patch
+        .0
+        .iter()
+        .map(|op| op.path().to_string())
+        .collect();
+    assert!(
+        paths.contains(&"/metadata/labels/cheiron.anny.co~1missing-secrets".to_owned()),
+        "{paths:?}"
+    );
+    assert!(
+        paths.contains(&"/metadata/annotations/cheiron.anny.co~1missing-secrets".to_owned()),
+        "{paths:?}"
+    );
+    assert!(
+        !paths
+            .iter()
+            .any(|p| p == "/metadata/labels" || p == "/metadata/annotations")
+    );
+    let patched = apply(&pod, &mutation.patch)?;
+    assert_eq!(
+        patched["metadata"]["labels"],
+        json!({"app": "web", "app.kubernetes.io/name": "shop", "cheiron.anny.co/missing-secrets": "true"})
+    );
+    let annotations = &patched["metadata"]["annotations"];
+    assert_eq!(annotations["team.example.com/owner"], "alice");
+    assert_eq!(
+        annotations["cheiron.anny.co/missing-secrets"],
+        "absent,gone"
+    );
+    // Applied to its own output, the webhook has nothing more to add.
+    let again = mutate(
+        &patched,
+        SubjectKind::Pod,
+        "team",
+        &pod_view_with_present()?,
+    )?;
+    assert_eq!(again.result, MutationResult::Unchanged);
+    Ok(())
+}
+
+#[test]
+fn a_pod_without_labels_or_metadata_gets_the_label_map_created() -> TestResult {
+    for pod in [
+        json!({"metadata": {"generateName": "web-"}, "spec": {}}),
+        json!({"metadata": {"generateName": "web-", "annotations": {"a": "b"}}}),
+        json!({"spec": {"containers": []}}),
+    ] {
+        let mutation = mutate(&pod, SubjectKind::Pod, "team", &pod_view_with_present()?)?;
+        let patched = apply(&pod, &mutation.patch)?;
+        assert_eq!(
+            patched["metadata"]["labels"],
+            json!({"cheiron.anny.co/missing-secrets": "true"}),
+            "{pod}"
+        );
+        assert_eq!(
+            patched["metadata"]["annotations"]["cheiron.anny.co/missing-secrets"],
+            "absent,gone"
+        );
+        if pod["metadata"]["annotations"]["a"] == "b" {
+            assert_eq!(patched["metadata"]["annotations"]["a"], "b");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn no_label_when_every_secret_exists_or_is_unknown_under_ready_managers_or_for_a_service_account()
+-> TestResult {
+    let pod = json!({"metadata": {"name": "web", "labels": {"app": "web"}}, "spec": {}});
+    let all_present =
+        view("Pod", &["present"])?.with_secrets([("team".to_owned(), "present".to_owned())]);
+    let untracked = view("Pod", &["absent"])?;
+    for view in [all_present, untracked] {
+        let mutation = mutate(&pod, SubjectKind::Pod, "team", &view)?;
+        assert_eq!(mutation.result, MutationResult::Patched);
+        let patched = apply(&pod, &mutation.patch)?;
+        assert_eq!(patched["metadata"]["labels"], json!({"app": "web"}));
+        assert!(
+            patched["metadata"]["annotations"]
+                .get("cheiron.anny.co/missing-secrets")
+                .is_none()
+        );
+    }
+    let sa = json!({"metadata": {"name": "default", "labels": {"app": "web"}}});
+    let view = view("ServiceAccount", &["absent"])?.with_secrets([]);
+    let mutation = mutate(&sa, SubjectKind::ServiceAccount, "team", &view)?;
+    assert_eq!(mutation.warnings.len(), 1, "still warned about");
+    let patched = apply(&sa, &mutation.patch)?;
+    assert_eq!(patched["metadata"]["labels"], json!({"app": "web"}));
+    Ok(())
+}
+
+#[test]
+fn a_secret_that_is_its_own_source_is_checked_only_while_its_manager_is_not_ready() -> TestResult {
+    // `existingSecretRef` injected under its own name in its own namespace: the user's Secret,
+    // which cheiron's cache of its own Secrets does not hold. No warning about it; the Pod is
+    // marked for the controller's check only while the manager is not Ready (SourceMissing).
+    let manager = |status: Value| -> Result<Manager, Box<dyn std::error::Error>> {
+        let m: ImagePullSecretManager = serde_json::from_value(json!({
+            "apiVersion": "cheiron.anny.co/v1alpha1",
+            "kind": "ImagePullSecretManager",
+            "metadata": {"name": "m", "namespace": "team"},
+            "spec": {"mode": "Pod", "secrets": [
+                {"existingSecretRef": {"name": "own"}},
+                {"name": "copy", "existingSecretRef": {"name": "own"}},
+            ]},
+            "status": status,
+        }))?;
+        Ok(Manager::from_namespaced(&m)?)
+    };
+    let not_ready = json!({"conditions": [{"type": "Ready", "status": "False",
+        "reason": "SourceMissing", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+    let pod = json!({"metadata": {"name": "web"}, "spec": {}});
+    for (status, marked) in [
+        (not_ready, "copy,own"),
+        (json!({}), "copy"),
+        (json!({"conditions": [ready_condition()]}), "copy"),
+    ] {
+        let view = StaticView::new(vec![manager(status)?], [NamespaceMeta::named("team")])
+            .with_secrets([]);
+        let mutation = mutate(&pod, SubjectKind::Pod, "team", &view)?;
+        assert_eq!(mutation.added, ["own", "copy"]);
+        assert_eq!(mutation.warnings.len(), 1, "{:?}", mutation.warnings);
+        assert!(mutation.warnings[0].contains("team/copy"));
+        let patched = apply(&pod, &mutation.patch)?;
+        assert_eq!(
+            patched["metadata"]["annotations"]["cheiron.anny.co/missing-secrets"],
+            marked
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn without_a_secret_cache_a_pod_is_marked_only_for_managers_not_ready() -> TestResult {
+    // The split install's webhook cannot list Secrets: no warning, and a mark only when a
+    // manager that injects the name says it is not Ready (the test helper's are Ready).
+    let pod = json!({"metadata": {"name": "web", "labels": {"app": "web"}}, "spec": {}});
+    let ready = view("Pod", &["a"])?;
+    let mutation = mutate(&pod, SubjectKind::Pod, "team", &ready)?;
+    assert!(mutation.warnings.is_empty());
+    let patched = apply(&pod, &mutation.patch)?;
+    assert_eq!(patched["metadata"]["labels"], json!({"app": "web"}));
+
+    let m: ImagePullSecretManager = serde_json::from_value(json!({
+        "apiVersion": "cheiron.anny.co/v1alpha1",
+        "kind": "ImagePullSecretManager",
+        "metadata": {"name": "m", "namespace": "team"},
+        "spec": {"mode": "Pod", "secrets": [{"name": "a", "existingSecretRef": {"name": "src"}}]},
+        "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "SourceMissing",
+                   "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+    }))?;
+    let not_ready = StaticView::new(
+        vec![Manager::from_namespaced(&m)?],
+        [NamespaceMeta::named("team")],
+    );
+    let mutation = mutate(&pod, SubjectKind::Pod, "team", &not_ready)?;
+    assert!(mutation.warnings.is_empty());
+    let patched = apply(&pod, &mutation.patch)?;
+    assert_eq!(
+        patched["metadata"]["labels"],
+        json!({"app": "web", "cheiron.anny.co/missing-secrets": "true"})
+    );
+    assert_eq!(
+        patched["metadata"]["annotations"]["cheiron.anny.co/missing-secrets"],
+        "a"
     );
     Ok(())
 }

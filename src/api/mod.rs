@@ -41,6 +41,10 @@ pub mod annotation {
     /// ServiceAccount cannot be cleaned (e.g. another admission webhook rejects the patch).
     /// The entries cheiron could not remove stay; its Secrets are deleted all the same.
     pub const ABANDON_CLEANUP: &str = "cheiron.anny.co/abandon-cleanup";
+    /// On a Pod the webhook patched: the sorted, comma-separated names of the pull secrets it
+    /// appended that did not exist in the namespace at admission. The controller reads it on
+    /// the Pods labelled [`super::label::MISSING_SECRETS`].
+    pub const MISSING_SECRETS: &str = "cheiron.anny.co/missing-secrets";
 }
 
 /// Labels on the Secrets cheiron writes.
@@ -56,6 +60,18 @@ pub mod label {
     pub const MANAGER_NAME: &str = "cheiron.anny.co/manager-name";
     /// Namespace of the manager that owns a Secret (namespaced managers only).
     pub const MANAGER_NAMESPACE: &str = "cheiron.anny.co/manager-namespace";
+
+    /// `"true"` on a Pod the webhook appended a pull secret to that did not exist at admission
+    /// (the names are in the annotation of the same key). The controller watches the Pods with
+    /// this label, and only those, to warn when a Secret is still missing after a grace period.
+    pub const MISSING_SECRETS: &str = "cheiron.anny.co/missing-secrets";
+    /// The value of [`MISSING_SECRETS`].
+    pub const MISSING_SECRETS_VALUE: &str = "true";
+
+    /// The label selector of the Pods the controller checks for missing pull secrets.
+    pub fn missing_secrets_selector() -> String {
+        format!("{MISSING_SECRETS}={MISSING_SECRETS_VALUE}")
+    }
 
     /// The label selector of the Secrets cheiron writes.
     pub fn managed_by_selector() -> String {

@@ -160,6 +160,8 @@ impl ServiceAccountRecord {
             existing: self.pull_secrets().map(str::to_owned).collect(),
             images: Vec::new(),
             has_metadata: true,
+            // ServiceAccounts are never labelled by a patch.
+            has_labels: false,
             has_annotations: self.annotated,
             has_list_parent: true,
             has_list: self.pull_secrets.is_some(),

@@ -86,6 +86,7 @@ fn object() -> impl Strategy<Value = (Interpreted, &'static str)> {
             let object = Interpreted {
                 kind,
                 name: name.to_owned(),
+                has_labels: !labels.is_empty(),
                 labels,
                 has_annotations: !annotations.is_empty(),
                 annotations,
@@ -153,6 +154,7 @@ fn every_verdict_says_why_in_words() {
         existing: vec!["own".into()],
         images: vec!["registry.example.com/web:2".into()],
         has_metadata: true,
+        has_labels: false,
         has_annotations: false,
         has_list_parent: true,
         has_list: true,
@@ -238,6 +240,7 @@ fn a_matching_images_secret_names_the_images_it_serves() {
             "quay.io/org/side".into(),
         ],
         has_metadata: true,
+        has_labels: false,
         has_annotations: false,
         has_list_parent: true,
         has_list: false,

@@ -112,6 +112,12 @@ pub struct Manager {
     service_account_names: Option<BTreeSet<String>>,
     service_account_selector: Option<Selector>,
     pod_selector: Option<Selector>,
+    /// `(namespace, name)` of the Secrets it injects that are their own source (an
+    /// `existingSecretRef` injected under its own name in its own namespace): the user's
+    /// Secret, not one cheiron writes.
+    in_place: Vec<(String, String)>,
+    /// Its status has a `Ready` condition that is not `True`.
+    not_ready: bool,
 }
 
 /// The fields both kinds share.
@@ -236,6 +242,25 @@ impl Manager {
         scope: Scope,
         common: Common<'_>,
     ) -> Result<Self, InvalidManager> {
+        let not_ready = common.status.is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status != "True")
+        });
+        let in_place = if common.merge_into.is_some() {
+            Vec::new()
+        } else {
+            common
+                .secrets
+                .iter()
+                .filter_map(|entry| {
+                    let source = entry.existing_secret_ref.as_ref()?;
+                    let namespace = source.namespace.as_ref().or(id.namespace.as_ref())?;
+                    (entry.target_name() == Some(source.name.as_str()))
+                        .then(|| (namespace.clone(), source.name.clone()))
+                })
+                .collect()
+        };
         let secret_names = match common.merge_into {
             Some(merged) => vec![merged.to_owned()],
             None => {
@@ -284,7 +309,25 @@ impl Manager {
             injection,
             secret_names,
             registries,
+            in_place,
+            not_ready,
         })
+    }
+
+    /// True when the manager's status has a `Ready` condition that is not `True` (a source is
+    /// missing, a name conflicts, writes failed…): some target namespace may lack its Secrets.
+    /// False without a status (a manager not reconciled yet, or read from a file).
+    pub fn is_not_ready(&self) -> bool {
+        self.not_ready
+    }
+
+    /// True when the Secret `name` this manager injects into `namespace` is its own source
+    /// there (the user's Secret, which cheiron never writes), so cheiron's Secret cache cannot
+    /// tell whether it exists.
+    pub fn sources_in_place(&self, namespace: &str, name: &str) -> bool {
+        self.in_place
+            .iter()
+            .any(|(ns, n)| ns == namespace && n == name)
     }
 
     /// The Secret names this manager injects (one per entry, or the `mergeInto` name).
