@@ -84,6 +84,17 @@ pub struct ControllerArgs {
         env = "CHEIRON_MAX_SOURCE_WATCHES"
     )]
     pub max_source_watches: usize,
+    /// Seconds after a Pod's creation before the controller checks the pull secrets the webhook
+    /// found missing when it admitted the Pod, and puts a Warning Event (PullSecretMissing) on
+    /// the Pod for those still missing.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = controller::missing_secrets::DEFAULT_GRACE.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..=86_400),
+        env = "CHEIRON_MISSING_SECRET_GRACE"
+    )]
+    pub missing_secret_grace: u64,
     #[command(flatten)]
     pub credential_providers: CredentialProviderArgs,
     /// Act in workload clusters too: ClusterImagePullSecretManagers whose spec.clusters
@@ -184,6 +195,7 @@ impl ControllerArgs {
             lease_duration,
             resync,
             max_source_watches,
+            missing_secret_grace,
             credential_providers,
             fleet,
             fleet_namespace,
@@ -204,6 +216,7 @@ impl ControllerArgs {
                 enabled: fleet,
                 namespaces: fleet_namespace,
             },
+            missing_secret_grace: Duration::from_secs(missing_secret_grace),
             ..ControllerOptions::default()
         };
         if no_leader_election || !leader_election {

@@ -2,7 +2,9 @@
 //! them in step with their sources, backfills ServiceAccounts, cleans up after itself, and
 //! reports status. Built on kube-runtime: one `Controller` per manager kind, fed by shared
 //! watches of Namespaces (metadata), ServiceAccounts, cheiron's own Secrets (label selector)
-//! and each named source Secret (field selector), never a cluster-wide Secret cache.
+//! and each named source Secret (field selector), never a cluster-wide Secret cache; and a
+//! metadata watch of the Pods the webhook labelled as referencing a missing Secret
+//! ([`missing_secrets`]), never of all Pods.
 //!
 //! ```text
 //!   run ─► triggers::route (watches → caches + reconcile requests)
@@ -26,6 +28,7 @@ pub mod fleet;
 mod interned;
 mod kinds;
 mod leader;
+pub mod missing_secrets;
 mod namespaces;
 pub mod pace;
 mod plan;
@@ -97,6 +100,9 @@ pub struct ControllerOptions {
     pub credentials: ProviderSettings,
     /// Workload clusters (off by default; docs/fleet.md).
     pub fleet: fleet::FleetOptions,
+    /// How long after a Pod's creation a pull secret the webhook found missing may still be
+    /// missing before a Warning Event goes on the Pod ([`missing_secrets`]).
+    pub missing_secret_grace: Duration,
 }
 
 impl Default for ControllerOptions {
@@ -108,6 +114,7 @@ impl Default for ControllerOptions {
             max_source_watches: source_watches::DEFAULT_MAX_SOURCE_WATCHES,
             credentials: ProviderSettings::default(),
             fleet: fleet::FleetOptions::default(),
+            missing_secret_grace: missing_secrets::DEFAULT_GRACE,
         }
     }
 }
@@ -146,6 +153,7 @@ pub async fn run(
         max_source_watches,
         credentials,
         fleet,
+        missing_secret_grace,
     } = options;
     ensure_crds(&client).await?;
     let config = ControllerConfig::default().concurrency(concurrency);
@@ -247,6 +255,8 @@ pub async fn run(
         ctx.resync,
     ));
     let _stop_audit = AbortOnDrop(audit.abort_handle());
+    let missing = tokio::spawn(missing_secrets::watch(ctx.clone(), missing_secret_grace));
+    let _stop_missing = AbortOnDrop(missing.abort_handle());
 
     tracing::info!(
         service_accounts = ctx.service_accounts.len(),

@@ -55,8 +55,11 @@ pub fn webhook_rules() -> Vec<PolicyRule> {
 ///   a selector, so this identity can read every Secret in the cluster;
 /// - ServiceAccounts: watched, read, and `patch`ed (JSON Patch with a `test` guard);
 /// - Namespaces: watched (metadata);
+/// - Pods: watched (metadata), only those the webhook labelled as referencing a missing pull
+///   secret (a label selector; RBAC cannot narrow `list`/`watch` to it), to put a Warning
+///   Event on those whose Secret is still missing after the grace period;
 /// - Events (`events.k8s.io/v1`): `create`d, and `patch`ed when they repeat, in the namespace
-///   of the manager or ServiceAccount (`default` for cluster managers).
+///   of the manager, ServiceAccount or Pod (`default` for cluster managers).
 pub fn controller_rules() -> Vec<PolicyRule> {
     vec![
         rule(GROUP, &MANAGERS, &["list", "watch", "patch"]),
@@ -75,6 +78,7 @@ pub fn controller_rules() -> Vec<PolicyRule> {
         ),
         rule("", &["serviceaccounts"], &["get", "list", "watch", "patch"]),
         rule("", &["namespaces"], &["list", "watch"]),
+        rule("", &["pods"], &["list", "watch"]),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
     ]
 }

@@ -24,6 +24,7 @@ mod fleet;
 mod gitops;
 mod leader_election;
 mod materialise;
+mod missing_secrets;
 mod pull_secret_registries;
 mod registry_keys;
 mod run;

@@ -311,9 +311,16 @@ fn admin_client() -> Result<reqwest::Client> {
         .build()?)
 }
 
-/// Arguments of the shared controller: no leader election (it is the only one), and a short
-/// resync so that tests can wait past one.
-pub const SHARED_CONTROLLER_ARGS: [&str; 3] = ["--no-leader-election", "--resync", "15"];
+/// Arguments of the shared controller: no leader election (it is the only one), a short
+/// resync so that tests can wait past one, and a short grace before a Pod whose pull secret is
+/// missing gets its Warning Event (`tests/controller/missing_secrets.rs`).
+pub const SHARED_CONTROLLER_ARGS: [&str; 5] = [
+    "--no-leader-election",
+    "--resync",
+    "15",
+    "--missing-secret-grace",
+    "3",
+];
 
 static SHARED: LazyLock<Arc<RwLock<Option<CheironProcess>>>> = LazyLock::new(Arc::default);
 static SHARED_STARTS: AtomicUsize = AtomicUsize::new(0);
