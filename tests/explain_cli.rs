@@ -163,3 +163,22 @@ fn audit_without_a_kubeconfig_fails_in_one_line_with_exit_code_2() -> TestResult
     assert_eq!(err.lines().count(), 1, "{err}");
     Ok(())
 }
+
+#[test]
+fn audit_on_a_cluster_without_the_crds_says_how_to_install_them_with_exit_code_2() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = crdless_cluster::kubeconfig(dir.path(), 4)?;
+    let out = run(&cheiron(), &["audit", "-A"], Some(&kubeconfig))?;
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "2 is an error, 1 means findings"
+    );
+    assert_eq!(
+        String::from_utf8(out.stderr)?,
+        "cheiron: the cluster does not serve ImagePullSecretManager (cheiron.anny.co/v1alpha1): \
+         install the CRDs first, e.g. `cheiron crds | kubectl apply -f -`\n"
+    );
+    assert!(out.stdout.is_empty(), "no report on an error");
+    Ok(())
+}
