@@ -19,7 +19,7 @@ use crate::{
     policy::{NamespaceMeta, SubjectKind},
 };
 
-/// Objects read per list request.
+/// Objects read per list request, unless `--page-size` says otherwise.
 pub const PAGE_SIZE: u32 = 500;
 
 /// The name of cheiron's webhook in its MutatingWebhookConfiguration.
@@ -30,13 +30,13 @@ fn read(what: &str) -> impl FnOnce(kube::Error) -> SourceError {
     move |error| SourceError::Read { what, error }
 }
 
-/// Every object of `api`, a page at a time.
-async fn all<K>(api: Api<K>, what: &str) -> Result<Vec<K>, SourceError>
+/// Every object of `api`, `page_size` at a time.
+async fn all<K>(api: Api<K>, what: &str, page_size: u32) -> Result<Vec<K>, SourceError>
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
     let mut items = Vec::new();
-    let mut params = ListParams::default().limit(PAGE_SIZE);
+    let mut params = ListParams::default().limit(page_size);
     loop {
         let page = api.list(&params).await.map_err(read(what))?;
         items.extend(page.items);
@@ -58,15 +58,23 @@ where
     }
 }
 
-/// The findings in `namespace` (all namespaces when `None`).
-pub async fn audit(client: &Client, namespace: Option<&str>) -> Result<Vec<Finding>, SourceError> {
+/// The findings in `namespace` (all namespaces when `None`), listing `page_size` objects per
+/// request.
+pub async fn audit(
+    client: &Client,
+    namespace: Option<&str>,
+    page_size: u32,
+) -> Result<Vec<Finding>, SourceError> {
     let managers = managers(client).await?;
-    let namespaces: HashMap<String, NamespaceMeta> =
-        all(Api::<Namespace>::all(client.clone()), "Namespaces")
-            .await?
-            .iter()
-            .map(|n| (n.name_any(), NamespaceMeta::from_metadata(&n.metadata)))
-            .collect();
+    let namespaces: HashMap<String, NamespaceMeta> = all(
+        Api::<Namespace>::all(client.clone()),
+        "Namespaces",
+        page_size,
+    )
+    .await?
+    .iter()
+    .map(|n| (n.name_any(), NamespaceMeta::from_metadata(&n.metadata)))
+    .collect();
     let meta = |ns: &str| {
         namespaces
             .get(ns)
@@ -86,7 +94,7 @@ pub async fn audit(client: &Client, namespace: Option<&str>) -> Result<Vec<Findi
     };
     let mut findings = Vec::new();
     let mut owners = Owners::default();
-    for p in all(api::<Pod>(client, namespace), "Pods").await? {
+    for p in all(api::<Pod>(client, namespace), "Pods", page_size).await? {
         let ns = p.namespace().unwrap_or_default();
         let object = interpret(&serde_json::to_value(&p)?, SubjectKind::Pod)?;
         let Some(lacks) = lacking(&object, &meta(&ns), &managers) else {
@@ -110,7 +118,13 @@ pub async fn audit(client: &Client, namespace: Option<&str>) -> Result<Vec<Findi
             reason: why.words(),
         });
     }
-    for sa in all(api::<ServiceAccount>(client, namespace), "ServiceAccounts").await? {
+    for sa in all(
+        api::<ServiceAccount>(client, namespace),
+        "ServiceAccounts",
+        page_size,
+    )
+    .await?
+    {
         let ns = sa.namespace().unwrap_or_default();
         let object = interpret(&serde_json::to_value(&sa)?, SubjectKind::ServiceAccount)?;
         let Some(lacks) = lacking(&object, &meta(&ns), &managers) else {

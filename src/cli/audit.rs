@@ -28,6 +28,14 @@ pub struct AuditArgs {
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = ReportFormat::Text, env = "CHEIRON_OUTPUT")]
     output: ReportFormat,
+    /// Pods, ServiceAccounts and Namespaces read per list request (limit/continue).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = crate::audit::cluster::PAGE_SIZE,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    page_size: u32,
 }
 
 impl AuditArgs {
@@ -37,11 +45,12 @@ impl AuditArgs {
             namespace,
             all_namespaces,
             output,
+            page_size,
         } = self;
         let (client, default_namespace) =
             client("cannot reach the cluster (set KUBECONFIG or run in a Pod)").await?;
         let scope = (!all_namespaces).then(|| namespace.unwrap_or(default_namespace));
-        let findings = audit(&client, scope.as_deref()).await?;
+        let findings = audit(&client, scope.as_deref(), page_size).await?;
         match output {
             ReportFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&findings)?)?,
             ReportFormat::Text => write!(out, "{}", text(&findings))?,

@@ -81,3 +81,107 @@ spec:
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn audit_pages_through_pods_and_names_the_deployment_behind_a_replica_set() -> Result {
+    use k8s_openapi::api::{apps::v1::Deployment, core::v1::Pod};
+    use kube::{Api, api::ListParams};
+
+    let s = Scenario::new(CHEIRON, "audit-pages").await?;
+    let ns = s.create_namespace(&[], &[]).await?;
+    s.default_service_account(&ns).await?;
+    // Five bare Pods and a Deployment's Pod, all before the manager exists.
+    let mut bare = Vec::new();
+    for _ in 0..5 {
+        bare.push(
+            s.create_pod(&ns, &pod("bare-", &[], &[], &[]))
+                .await?
+                .name_any(),
+        );
+    }
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "registry.example.com/web:1"}]},
+            },
+        },
+    }))?;
+    Api::<Deployment>::namespaced(s.client().clone(), &ns)
+        .create(&Default::default(), &deployment)
+        .await?;
+    // kube-controller-manager creates the ReplicaSet and its Pod.
+    let pods: Api<Pod> = Api::namespaced(s.client().clone(), &ns);
+    let web = crate::harness::wait_for("the Deployment's Pod", crate::harness::SETTLE, || async {
+        pods.list(&ListParams::default().labels("app=web"))
+            .await?
+            .items
+            .into_iter()
+            .next()
+            .ok_or_else(|| "none yet".into())
+    })
+    .await?;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    s.apply_manager(&format!(
+        "
+apiVersion: cheiron.anny.co/v1alpha1
+kind: ImagePullSecretManager
+metadata:
+  name: pods
+  namespace: {ns}
+spec:
+  mode: Pod
+  secrets:
+    - existingSecretRef:
+        name: late-pull
+"
+    ))
+    .await?;
+    s.until_new_pod_gets(&ns, &[], &["late-pull"]).await?;
+
+    // Two objects a request: the six Pods take three pages, and every one is found.
+    let out = audit(&s, &["-n", &ns, "-o", "json", "--page-size", "2"]).await?;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let findings = json.as_array().cloned().unwrap_or_default();
+    let mut names: Vec<String> = findings
+        .iter()
+        .filter_map(|f| f["name"].as_str().map(str::to_owned))
+        .collect();
+    names.sort();
+    let mut expected = bare.clone();
+    expected.push(web.name_any());
+    expected.sort();
+    assert_eq!(names, expected);
+    let from_deployment = findings
+        .iter()
+        .find(|f| f["name"] == web.name_any().as_str())
+        .ok_or("no finding for the Deployment's Pod")?;
+    assert_eq!(from_deployment["owner"], "Deployment/web");
+    assert_eq!(from_deployment["why"], "admittedBeforeManager");
+    assert_eq!(
+        from_deployment["fix"],
+        format!("kubectl rollout restart deployment/web -n {ns}")
+    );
+
+    // The table says the same, one row per Pod.
+    let table = audit(&s, &["-n", &ns, "--page-size", "1"]).await?;
+    assert_eq!(table.status.code(), Some(1));
+    let text = String::from_utf8(table.stdout)?;
+    assert_eq!(text.lines().count(), 1 + expected.len(), "{text}");
+    assert!(
+        text.lines().any(|l| l.contains("Deployment/web")
+            && l.contains(&format!("kubectl rollout restart deployment/web -n {ns}"))),
+        "{text}"
+    );
+    Ok(())
+}
