@@ -185,3 +185,74 @@ spec:
     );
     Ok(())
 }
+
+/// Compares `actual` with `tests/data/audit/NAME`, or rewrites it with
+/// `CHEIRON_UPDATE_GOLDENS=1`.
+fn golden(name: &str, actual: &str) -> Result {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/audit")
+        .join(name);
+    if std::env::var_os("CHEIRON_UPDATE_GOLDENS").is_some() {
+        std::fs::write(&path, actual)?;
+    }
+    assert_eq!(
+        actual,
+        std::fs::read_to_string(&path)?,
+        "{} differs",
+        path.display()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn audit_json_and_table_are_the_goldens() -> Result {
+    use k8s_openapi::api::core::v1::Pod;
+
+    let s = Scenario::new(CHEIRON, "audit-golden").await?;
+    let ns = s.create_namespace(&[], &[]).await?;
+    s.default_service_account(&ns).await?;
+    for name in ["api", "worker"] {
+        let mut p: Pod = pod("x-", &[], &["own-pull"], &[]);
+        p.metadata.generate_name = None;
+        p.metadata.name = Some(name.to_owned());
+        s.create_pod(&ns, &p).await?;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    for (name, mode, secret) in [
+        ("pods", "Pod", "pod-pull"),
+        ("accounts", "ServiceAccount", "sa-pull"),
+    ] {
+        s.apply_manager(&format!(
+            "
+apiVersion: cheiron.anny.co/v1alpha1
+kind: ImagePullSecretManager
+metadata:
+  name: {name}
+  namespace: {ns}
+spec:
+  mode: {mode}
+  secrets:
+    - existingSecretRef:
+        name: {secret}
+"
+        ))
+        .await?;
+    }
+    s.until_new_pod_gets(&ns, &[], &["pod-pull"]).await?;
+
+    // Both Pods predate the managers; no controller runs here, so the default ServiceAccount
+    // is not backfilled.
+    for (args, file) in [(&["-o", "json"][..], "live.json"), (&[][..], "live.txt")] {
+        let mut all = vec!["-n", ns.as_str()];
+        all.extend_from_slice(args);
+        let out = audit(&s, &all).await?;
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        golden(file, &String::from_utf8(out.stdout)?.replace(&ns, "NS"))?;
+    }
+    Ok(())
+}
