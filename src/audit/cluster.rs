@@ -12,7 +12,9 @@ use k8s_openapi::api::{
 use kube::{Api, Client, ResourceExt, api::ListParams};
 use serde::de::DeserializeOwned;
 
-use super::{Finding, Why, lacking, pod_fix, why_pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::{Finding, Registration, Why, lacking, pod_fix, why_pod};
 use crate::{
     admission::interpret,
     explain::source::{SourceError, managers},
@@ -85,12 +87,21 @@ pub async fn audit(
         .list(&ListParams::default())
         .await
     {
-        Ok(list) => list
-            .items
-            .iter()
-            .any(|c| c.webhooks.iter().flatten().any(|w| w.name == WEBHOOK_NAME)),
+        Ok(list) => {
+            let mut since: Vec<Option<Time>> = list
+                .items
+                .iter()
+                .filter(|c| c.webhooks.iter().flatten().any(|w| w.name == WEBHOOK_NAME))
+                .map(|c| c.metadata.creation_timestamp.clone())
+                .collect();
+            since.sort_by_key(|t| t.as_ref().map(|t| t.0));
+            match since.into_iter().next() {
+                Some(oldest) => Registration::Since(oldest),
+                None => Registration::Absent,
+            }
+        }
         // Not allowed to look: do not blame the webhook.
-        Err(_) => true,
+        Err(_) => Registration::Unknown,
     };
     let mut findings = Vec::new();
     let mut owners = Owners::default();
@@ -105,7 +116,11 @@ pub async fn audit(
             .filter(|m| lacks.managers.contains(&m.id.to_string()))
             .map(|m| m.created.clone())
             .collect();
-        let why = why_pod(p.metadata.creation_timestamp.as_ref(), &wanting, registered);
+        let why = why_pod(
+            p.metadata.creation_timestamp.as_ref(),
+            &wanting,
+            &registered,
+        );
         let owner = owners.of(client, &p).await;
         findings.push(Finding {
             kind: "Pod",

@@ -56,6 +56,8 @@ pub enum Why {
     AdmittedBeforeManager,
     /// cheiron's webhook is not registered in the cluster.
     WebhookAbsent,
+    /// Created before the MutatingWebhookConfiguration that registers cheiron's webhook.
+    AdmittedBeforeWebhook,
     /// A ServiceAccount the controller has not backfilled (it is not running, or its patch
     /// failed: see the manager's status).
     NotBackfilled,
@@ -72,6 +74,7 @@ impl Why {
             Why::WebhookAbsent => {
                 "the webhook is not registered (no MutatingWebhookConfiguration names inject.cheiron.anny.co)"
             }
+            Why::AdmittedBeforeWebhook => "admitted before the webhook was registered",
             Why::NotBackfilled => {
                 "not backfilled by the controller yet (is it running? see the manager's status)"
             }
@@ -105,9 +108,20 @@ pub struct Finding {
     pub fix: String,
 }
 
+/// Where cheiron's webhook stands in the cluster, as far as audit can see.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Registration {
+    /// No MutatingWebhookConfiguration has the webhook.
+    Absent,
+    /// Registered, by a configuration created at this time (the oldest, if several).
+    Since(Option<Time>),
+    /// Audit may not list the configurations: the webhook is not blamed.
+    Unknown,
+}
+
 /// Why a Pod created at `created` lacks what `wanting` (the creation times of the managers
 /// that want something of it) want.
-pub fn why_pod(created: Option<&Time>, wanting: &[Option<Time>], webhook_registered: bool) -> Why {
+pub fn why_pod(created: Option<&Time>, wanting: &[Option<Time>], webhook: &Registration) -> Why {
     let before_all = created.is_some_and(|c| {
         wanting
             .iter()
@@ -115,10 +129,14 @@ pub fn why_pod(created: Option<&Time>, wanting: &[Option<Time>], webhook_registe
     });
     if before_all {
         Why::AdmittedBeforeManager
-    } else if !webhook_registered {
-        Why::WebhookAbsent
     } else {
-        Why::AdmittedWithoutWebhook
+        match webhook {
+            Registration::Absent => Why::WebhookAbsent,
+            Registration::Since(Some(since)) if created.is_some_and(|c| c.0 < since.0) => {
+                Why::AdmittedBeforeWebhook
+            }
+            Registration::Since(_) | Registration::Unknown => Why::AdmittedWithoutWebhook,
+        }
     }
 }
 
@@ -168,19 +186,31 @@ mod tests {
 
     #[test]
     fn a_pod_older_than_every_wanting_manager_was_admitted_before_it() {
+        let since = |t| Registration::Since(at(t));
         assert_eq!(
-            why_pod(at(10).as_ref(), &[at(20), at(30)], true),
+            why_pod(at(10).as_ref(), &[at(20), at(30)], &since(0)),
             Why::AdmittedBeforeManager
         );
         assert_eq!(
-            why_pod(at(25).as_ref(), &[at(20), at(30)], true),
+            why_pod(at(25).as_ref(), &[at(20), at(30)], &since(0)),
             Why::AdmittedWithoutWebhook
         );
         assert_eq!(
-            why_pod(at(25).as_ref(), &[at(20)], false),
+            why_pod(at(25).as_ref(), &[at(20)], &Registration::Absent),
             Why::WebhookAbsent
         );
-        assert_eq!(why_pod(None, &[at(20)], true), Why::AdmittedWithoutWebhook);
+        assert_eq!(
+            why_pod(at(25).as_ref(), &[at(20)], &since(40)),
+            Why::AdmittedBeforeWebhook
+        );
+        assert_eq!(
+            why_pod(at(25).as_ref(), &[at(20)], &Registration::Unknown),
+            Why::AdmittedWithoutWebhook
+        );
+        assert_eq!(
+            why_pod(None, &[at(20)], &since(40)),
+            Why::AdmittedWithoutWebhook
+        );
     }
 
     #[test]

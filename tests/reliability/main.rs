@@ -13,6 +13,7 @@
 //! | etcd restarted mid-reconcile | the controller stays up and converges |
 //! | apiserver throttling cheiron (429) | the controller backs off and converges |
 //! | 10 000 foreign Secrets carrying cheiron's labels | controller memory stays bounded |
+//! | webhook not registered, then stopped (`failurePolicy: Ignore`) | `cheiron audit` reports the Pods admitted without it, with reason and fix |
 //! | churn soak (namespaces, managers, sources, foreign writers) | state equals the rules, nothing foreign changed, memory flat |
 
 use cheiron_harness as harness;
@@ -22,6 +23,7 @@ const CHEIRON: harness::Cheiron = harness::cheiron!();
 
 mod fault_cluster;
 
+mod audit_webhook;
 mod control_plane_faults;
 mod leader;
 mod memory;
