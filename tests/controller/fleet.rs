@@ -364,6 +364,42 @@ async fn a_manager_in_the_management_cluster_keeps_two_workload_clusters_in_step
     })
     .await?;
 
+    // Back in the selector, east is synced again; then its Cluster is deleted (a finalizer of
+    // Cluster API's keeps it while the cluster is torn down): east is released, not cleaned.
+    clusters
+        .patch(
+            &east.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"env": "prod"}, "finalizers": ["e2e.cheiron.anny.co/teardown"]}})),
+        )
+        .await?;
+    until_synced(&east, &apps, &v4, REACH).await?;
+    until_cluster_status(&s, &manager, &east.name, is_ready, REACH).await?;
+    clusters
+        .delete(&east.name, &DeleteParams::default())
+        .await?;
+    wait_for(
+        "east to be released from status.clusters",
+        REACH,
+        || async {
+            let (_, status) = s.manager_status(&manager).await?;
+            if status.clusters.iter().any(|c| c.name.ends_with(&east.name)) {
+                return Err(format!("{:?}", status.clusters).into());
+            }
+            Ok(())
+        },
+    )
+    .await?;
+    // Released, not cleaned: what cheiron wrote there stays for the teardown to take.
+    until_synced(&east, &apps, &v4, REACH).await?;
+    clusters
+        .patch(
+            &east.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await?;
+
     // A namespace of west leaving the scope loses what cheiron put there, and gets it back.
     let west_namespaces: Api<Namespace> = Api::all(west.client()?);
     let relabel = |value: Value| json!({"metadata": {"labels": {TARGET_LABEL: value}}});
