@@ -49,36 +49,42 @@ pub struct Request {
     pub service_account_annotations: BTreeMap<String, String>,
 }
 
-#[derive(Serialize)]
+/// The kubelet's `CredentialProviderRequest` (`k8s.io/kubelet/pkg/apis/credentialprovider/v1`)
+/// on the wire: what cheiron sends a plugin, and what `cheiron credential-provider` reads.
+#[derive(Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct WireRequest<'a> {
-    api_version: &'a str,
-    kind: &'static str,
-    image: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    service_account_token: Option<&'a str>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    service_account_annotations: &'a BTreeMap<String, String>,
+pub(crate) struct WireRequest {
+    pub(crate) api_version: String,
+    pub(crate) kind: String,
+    pub(crate) image: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) service_account_token: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) service_account_annotations: BTreeMap<String, String>,
 }
 
-#[derive(Deserialize)]
+/// The kubelet's `CredentialProviderResponse` on the wire: what a plugin answers cheiron, and
+/// what `cheiron credential-provider` answers the kubelet. Decoded strictly, as the kubelet does.
+#[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct WireResponse {
-    api_version: String,
-    kind: String,
-    cache_key_type: String,
-    cache_duration: Option<String>,
-    #[serde(default)]
-    auth: BTreeMap<String, AuthConfig>,
+pub(crate) struct WireResponse {
+    pub(crate) api_version: String,
+    pub(crate) kind: String,
+    pub(crate) cache_key_type: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) cache_duration: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) auth: BTreeMap<String, AuthConfig>,
 }
 
-#[derive(Clone, Deserialize, PartialEq, Eq)]
+/// One credential of a [`WireResponse`].
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-struct AuthConfig {
+pub(crate) struct AuthConfig {
     #[serde(default)]
-    username: String,
+    pub(crate) username: String,
     #[serde(default)]
-    password: String,
+    pub(crate) password: String,
 }
 
 /// One registry credential of a response.
@@ -170,11 +176,11 @@ pub async fn call(
 ) -> Result<Response, ExecError> {
     let name = provider.name.clone();
     let body = serde_json::to_vec(&WireRequest {
-        api_version: &provider.api_version,
-        kind: "CredentialProviderRequest",
-        image: &request.image,
-        service_account_token: request.service_account_token.as_deref(),
-        service_account_annotations: &request.service_account_annotations,
+        api_version: provider.api_version.clone(),
+        kind: "CredentialProviderRequest".to_owned(),
+        image: request.image.clone(),
+        service_account_token: request.service_account_token.clone(),
+        service_account_annotations: request.service_account_annotations.clone(),
     })
     .map_err(|e| ExecError::Spawn {
         name: name.clone(),

@@ -199,6 +199,16 @@ impl RegistryKey {
         self.matches_url(image.url(), image.name())
     }
 
+    /// True when the key's host and path match `image` (globs per host part), leaving out the
+    /// Docker Hub fallback of [`Self::matches`].
+    fn matches_glob(&self, image: &ImageRef) -> bool {
+        let Reading::Read { glob, .. } = &self.reading else {
+            return false;
+        };
+        glob.as_ref()
+            .is_some_and(|glob| urls_match(glob, image.url()))
+    }
+
     /// The keyring's `Lookup` for one key, on the string it is given (the repository name).
     #[cfg(test)]
     pub(crate) fn matches_lookup(&self, repository: &str) -> bool {
@@ -328,6 +338,29 @@ pub fn canonical_key(registry: &str) -> String {
         (true, false) => format!("{DOCKER_HUB_DOMAIN}{path}"),
         (false, _) => format!("{host}{path}"),
     }
+}
+
+/// The keys the kubelet's keyring (`BasicDockerKeyring.Lookup`) offers for `image`, most
+/// specific first: every key whose host and path match, one per registry as the kubelet reads
+/// it (the first written wins); only when none does, Docker Hub's default key for a Docker Hub
+/// image.
+pub fn offered_for<'a>(keys: &'a [RegistryKey], image: &ImageRef) -> Vec<&'a RegistryKey> {
+    let mut index: Vec<&RegistryKey> = keys
+        .iter()
+        .filter(|k| k.as_kubelet_reads().is_some())
+        .collect();
+    // Stable sort: among keys read alike the first written is kept by `dedup_by`.
+    index.sort_by(|a, b| b.as_kubelet_reads().cmp(&a.as_kubelet_reads()));
+    index.dedup_by(|later, earlier| later.as_kubelet_reads() == earlier.as_kubelet_reads());
+    let hits: Vec<&RegistryKey> = index
+        .iter()
+        .copied()
+        .filter(|k| k.matches_glob(image))
+        .collect();
+    if !hits.is_empty() {
+        return hits;
+    }
+    index.into_iter().filter(|k| k.matches(image)).collect()
 }
 
 /// True when the kubelet treats both keys as the same registry (see

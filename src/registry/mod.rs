@@ -32,6 +32,7 @@
 //! - [`canonical_key`] is the key cheiron writes for an inline `registry:` value
 //!   ([`DOCKER_HUB_KEY`] for Docker Hub).
 //! - [`same_registry`] tells whether the kubelet reads two keys as one registry.
+//! - [`offered_for`] lists the keys the kubelet's keyring offers for an image, in its order.
 
 mod host_glob;
 mod image;
@@ -42,4 +43,4 @@ mod url;
 mod tests;
 
 pub use image::{ImageError, ImageRef};
-pub use key::{DOCKER_HUB_KEY, KeyProblem, RegistryKey, canonical_key, same_registry};
+pub use key::{DOCKER_HUB_KEY, KeyProblem, RegistryKey, canonical_key, offered_for, same_registry};

@@ -578,3 +578,47 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn offered_for_is_the_kubelet_lookup_of_the_image_name() {
+    // The kubelet looks up the repository of the parsed image (`docker.io/library/nginx` for
+    // `nginx`); `offered_for` takes the image and must answer the same keys in the same order.
+    let keys = [
+        key("bar.example.com"),
+        key("bar.example.com/pong"),
+        key("https://index.docker.io/v1/"),
+        key("*.example.org"),
+        key("docker.io/team"),
+        key("https://bar.example.com/v2/"),
+    ];
+    for reference in [
+        "nginx",
+        "library/nginx:1.27",
+        "team/app",
+        "docker.io/other/app@sha256:0000000000000000000000000000000000000000000000000000000000000000",
+        "bar.example.com/pong/x:1",
+        "bar.example.com/ping",
+        "a.example.org/x",
+        "a.b.example.org/x",
+        "quay.io/x/y",
+    ] {
+        let image = image(reference);
+        let offered: Vec<&str> = offered_for(&keys, &image)
+            .into_iter()
+            .filter_map(RegistryKey::as_kubelet_reads)
+            .collect();
+        assert_eq!(offered, kubelet_lookup(&keys, image.name()), "{reference}");
+    }
+    let docker_hub = offered_for(&keys, &image("nginx"));
+    assert_eq!(
+        docker_hub.iter().map(|k| k.raw()).collect::<Vec<_>>(),
+        ["https://index.docker.io/v1/"],
+        "a Docker Hub short name gets the default key when no other key matches"
+    );
+    let team = offered_for(&keys, &image("team/app"));
+    assert_eq!(
+        team.iter().map(|k| k.raw()).collect::<Vec<_>>(),
+        ["docker.io/team"],
+        "a matching docker.io key hides the default key"
+    );
+}
