@@ -11,6 +11,7 @@ pub mod explain;
 pub mod install;
 pub mod message;
 pub mod metrics;
+pub mod node;
 pub mod policy;
 pub mod registry;
 pub mod source;

@@ -46,9 +46,13 @@ use super::{ClusterSelection, Injection, ManagerStatus, Mode, PullSecretEntry, r
     validation = rules::matching_images_needs_pod_mode(),
     validation = rules::namespace_globs("namespaces"),
     validation = rules::namespace_globs("excludeNamespaces"),
+    validation = rules::node_selector_with_node_mode(),
+    validation = rules::node_mode_has_no_namespaces(),
+    validation = rules::node_mode_no_provider(),
 )]
 pub struct ClusterImagePullSecretManagerSpec {
-    /// `ServiceAccount` (default) or `Pod`.
+    /// `ServiceAccount` (default), `Pod`, or `Node` (the kubelets of the nodes `nodeSelector`
+    /// selects get the credentials; docs/node.md).
     #[serde(default)]
     pub mode: Mode,
     /// `All` (default): every Secret goes to every Pod or ServiceAccount selected.
@@ -89,4 +93,7 @@ pub struct ClusterImagePullSecretManagerSpec {
     /// `includeLocal` is false. Absent: this cluster only (docs/fleet.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clusters: Option<ClusterSelection>,
+    /// Mode Node: the nodes whose kubelets get the credentials (`{}`: every node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<LabelSelector>,
 }

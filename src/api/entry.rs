@@ -14,6 +14,10 @@ pub enum Mode {
     ServiceAccount,
     /// Add the pull secrets to each Pod's spec at creation.
     Pod,
+    /// `ClusterImagePullSecretManager` only: give the credentials to the kubelet of every node
+    /// `nodeSelector` selects, through `cheiron node-agent` (docs/node.md). The webhook and the
+    /// namespace controller leave such a manager alone.
+    Node,
 }
 
 impl Mode {
@@ -22,6 +26,7 @@ impl Mode {
         match self {
             Mode::ServiceAccount => "ServiceAccount",
             Mode::Pod => "Pod",
+            Mode::Node => "Node",
         }
     }
 }

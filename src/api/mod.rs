@@ -17,7 +17,9 @@ pub use fleet::{ClusterSelection, ClusterStatus};
 pub use namespaced::{ImagePullSecretManager, ImagePullSecretManagerSpec};
 pub use rules::{InvalidSpec, validate_cluster, validate_namespaced};
 pub use served::{ApiCheckError, ensure_crds};
-pub use status::{CredentialStatus, ManagerStatus, NamespaceFailure, PullSecretRegistries};
+pub use status::{
+    CredentialStatus, ManagerStatus, NamespaceFailure, NodeStatus, PullSecretRegistries,
+};
 
 /// The API group of both manager kinds.
 pub const GROUP: &str = "cheiron.anny.co";

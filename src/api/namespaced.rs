@@ -45,6 +45,7 @@ use super::{Injection, ManagerStatus, Mode, PullSecretEntry, rules};
     validation = rules::pod_selector_needs_pod_mode(),
     validation = rules::service_account_filters_need_service_account_mode(),
     validation = rules::matching_images_needs_pod_mode(),
+    validation = rules::node_mode_is_cluster_only(),
 )]
 pub struct ImagePullSecretManagerSpec {
     /// `ServiceAccount` (default) or `Pod`.

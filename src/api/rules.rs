@@ -38,6 +38,15 @@ pub const SERVICE_ACCOUNT_FILTERS_NEED_SERVICE_ACCOUNT_MODE: &str =
     "serviceAccountNames and serviceAccountSelector apply to mode ServiceAccount only";
 /// `injection: MatchingImages` needs mode Pod.
 pub const MATCHING_IMAGES_NEEDS_POD_MODE: &str = "injection: MatchingImages applies to mode Pod only: a ServiceAccount's pull secrets serve every image of every Pod that uses it; use mode Pod, or injection All";
+/// Mode Node is for the cluster kind only.
+pub const NODE_MODE_IS_CLUSTER_ONLY: &str = "mode Node gives credentials to nodes, for every namespace: use a ClusterImagePullSecretManager";
+/// `nodeSelector` and mode Node go together.
+pub const NODE_SELECTOR_WITH_NODE_MODE: &str =
+    "nodeSelector applies to mode Node only, and mode Node needs it ({} selects every node)";
+/// Mode Node has no namespace scope.
+pub const NODE_MODE_HAS_NO_NAMESPACES: &str = "mode Node gives credentials to nodes, not namespaces: remove namespaceSelector, namespaces, excludeNamespaces, mergeInto and clusters";
+/// Mode Node reads Secrets only.
+pub const NODE_MODE_NO_PROVIDER: &str = "mode Node takes existingSecretRef and inline entries; credentialProvider entries are not supported there";
 /// The namespace globs accepted in `namespaces` and `excludeNamespaces`.
 pub const NAMESPACE_GLOB_PATTERN: &str = "^[a-z0-9*?]([-a-z0-9*?]*[a-z0-9*?])?$";
 /// A Kubernetes object name (DNS-1123 subdomain).
@@ -100,6 +109,25 @@ pub(super) fn service_account_filters_need_service_account_mode() -> Rule {
 pub(super) fn matching_images_needs_pod_mode() -> Rule {
     Rule::new("self.injection != 'MatchingImages' || self.mode == 'Pod'")
         .message(MATCHING_IMAGES_NEEDS_POD_MODE)
+}
+
+pub(super) fn node_mode_is_cluster_only() -> Rule {
+    Rule::new("self.mode != 'Node'").message(NODE_MODE_IS_CLUSTER_ONLY)
+}
+
+pub(super) fn node_selector_with_node_mode() -> Rule {
+    Rule::new("has(self.nodeSelector) == (self.mode == 'Node')")
+        .message(NODE_SELECTOR_WITH_NODE_MODE)
+}
+
+pub(super) fn node_mode_has_no_namespaces() -> Rule {
+    Rule::new("self.mode != 'Node' || !(has(self.namespaceSelector) || has(self.namespaces) || has(self.excludeNamespaces) || has(self.mergeInto) || has(self.clusters))")
+        .message(NODE_MODE_HAS_NO_NAMESPACES)
+}
+
+pub(super) fn node_mode_no_provider() -> Rule {
+    Rule::new("self.mode != 'Node' || self.secrets.all(s, !has(s.credentialProvider))")
+        .message(NODE_MODE_NO_PROVIDER)
 }
 
 fn references_namespace(want_namespace: bool) -> String {
@@ -168,6 +196,10 @@ struct Parts<'a> {
     merge_into: Option<&'a str>,
     service_account_filters: bool,
     pod_selector: bool,
+    /// `None` for the namespaced kind (no such field); else whether it is set.
+    node_selector: Option<bool>,
+    /// namespaceSelector, namespaces, excludeNamespaces or mergeInto is set.
+    namespace_scope: bool,
     references: References,
     globs: [(&'static str, Option<&'a Vec<String>>); 2],
 }
@@ -182,6 +214,8 @@ pub fn validate_namespaced(spec: &ImagePullSecretManagerSpec) -> Result<(), Inva
         service_account_filters: spec.service_account_names.is_some()
             || spec.service_account_selector.is_some(),
         pod_selector: spec.pod_selector.is_some(),
+        node_selector: None,
+        namespace_scope: spec.merge_into.is_some(),
         references: References::OwnNamespace,
         globs: [("namespaces", None), ("excludeNamespaces", None)],
     })
@@ -197,6 +231,12 @@ pub fn validate_cluster(spec: &ClusterImagePullSecretManagerSpec) -> Result<(), 
         service_account_filters: spec.service_account_names.is_some()
             || spec.service_account_selector.is_some(),
         pod_selector: spec.pod_selector.is_some(),
+        node_selector: Some(spec.node_selector.is_some()),
+        namespace_scope: spec.namespace_selector.is_some()
+            || spec.namespaces.is_some()
+            || spec.exclude_namespaces.is_some()
+            || spec.merge_into.is_some()
+            || spec.clusters.is_some(),
         references: References::NamedNamespace,
         globs: [
             ("namespaces", spec.namespaces.as_ref()),
@@ -302,6 +342,22 @@ fn validate(spec: &Parts<'_>) -> Result<(), InvalidSpec> {
     }
     if spec.injection == Injection::MatchingImages && spec.mode != Mode::Pod {
         fail("spec".into(), MATCHING_IMAGES_NEEDS_POD_MODE);
+    }
+    let node = spec.mode == Mode::Node;
+    match spec.node_selector {
+        None if node => fail("spec.mode".into(), NODE_MODE_IS_CLUSTER_ONLY),
+        None => {}
+        Some(has) => {
+            if has != node {
+                fail("spec".into(), NODE_SELECTOR_WITH_NODE_MODE);
+            }
+            if node && spec.namespace_scope {
+                fail("spec".into(), NODE_MODE_HAS_NO_NAMESPACES);
+            }
+            if node && spec.secrets.iter().any(|e| e.credential_provider.is_some()) {
+                fail("spec.secrets".into(), NODE_MODE_NO_PROVIDER);
+            }
+        }
     }
     for (field, globs) in spec.globs {
         if globs.is_some_and(|g| !g.iter().all(|g| is_namespace_glob(g))) {

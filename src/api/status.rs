@@ -44,6 +44,36 @@ pub struct ManagerStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 1000))]
     pub clusters: Vec<super::ClusterStatus>,
+    /// Mode Node: one entry per node that applies this manager, written by that node's
+    /// `cheiron node-agent` (server-side apply, one field manager per node; the controller
+    /// never writes it). Never a credential.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub nodes: Vec<NodeStatus>,
+}
+
+/// How one node applies a mode Node manager.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStatus {
+    /// The node.
+    pub name: String,
+    /// The manager's `metadata.generation` the node applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// True when the node's files hold this manager's credentials, as they are now.
+    pub synced: bool,
+    /// The registry keys the node serves from this manager (never a credential).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub registries: Vec<String>,
+    /// Registries the kubelet's config.json already held: its entry was kept, not cheiron's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub conflicts: Vec<String>,
+    /// Why the node is not synced, bounded, never a secret value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// The credential behind one provider-backed Secret.

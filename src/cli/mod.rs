@@ -3,18 +3,22 @@
 
 mod audit;
 mod controller;
+mod credential_provider;
 mod explain;
 mod manifests;
 mod mutate;
+mod node_agent;
 mod webhook;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use audit::AuditArgs;
 pub use controller::{ControllerArgs, ControllerCommand, RunCommand};
+pub use credential_provider::CredentialProviderArgs;
 pub use explain::{ExplainArgs, ReportFormat};
 pub use manifests::ManifestsArgs;
 pub use mutate::{MutateArgs, OutputFormat};
+pub use node_agent::NodeAgentArgs;
 pub use webhook::{AdminArgs, ServeArgs, TlsArgs, WebhookArgs};
 
 use std::path::PathBuf;
@@ -87,6 +91,11 @@ enum Command {
     Crds,
     /// Print (or write with --out) the plain manifests for installing without Helm.
     Manifests(ManifestsArgs),
+    /// The kubelet's credential-provider exec plugin: answers from the node agent's file.
+    CredentialProvider(CredentialProviderArgs),
+    /// Keep this node's credentials file (and optionally the kubelet's config.json) in step
+    /// with the mode Node managers selecting it.
+    NodeAgent(NodeAgentArgs),
 }
 
 /// The file name under which kubectl finds cheiron as a plugin (`kubectl cheiron …`).
@@ -134,6 +143,10 @@ impl Cli {
                 Ok(())
             }
             Command::Manifests(args) => args.run(&mut std::io::stdout().lock()),
+            Command::NodeAgent(args) => args.run(shutdown_on_signal()?).await,
+            Command::CredentialProvider(args) => {
+                args.run(&mut std::io::stdin().lock(), &mut std::io::stdout().lock())
+            }
         }
         .map(|()| 0)
     }

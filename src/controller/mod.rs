@@ -45,6 +45,7 @@ mod status;
 mod triggers;
 mod write;
 
+pub use desired::{Desired, Fetched, Problem, Provided, SourceKey, desired_with, source_key};
 pub use dockerconfig::{DockerConfig, InvalidSource};
 pub use error::{ControllerError, Issue, IssueKind};
 pub use leader::LeaderElection;

@@ -309,7 +309,10 @@ pub struct Plan {
 
 /// True when `manager` acts on `namespace`: in scope, not opted out.
 pub fn acts_on(manager: &Manager, namespace: &NamespaceMeta) -> bool {
-    manager.scope.contains(namespace) && !namespace_opted_out(namespace)
+    // A manager in mode Node acts on nodes, through `cheiron node-agent`: no namespace.
+    manager.mode != crate::api::Mode::Node
+        && manager.scope.contains(namespace)
+        && !namespace_opted_out(namespace)
 }
 
 /// The namespaces `manager` acts on: in scope, not opted out.

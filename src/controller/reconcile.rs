@@ -532,6 +532,11 @@ async fn write_status<K: ManagerObject>(
     }
     let api = manager.api(ctx.client.clone());
     let mut patch = json!({"status": next});
+    // `status.nodes` belongs to the node agents (server-side apply, one field manager per
+    // node); a merge patch of the controller's stale copy would undo their writes.
+    if let Some(status) = patch.get_mut("status").and_then(|s| s.as_object_mut()) {
+        status.remove("nodes");
+    }
     if next.credentials.is_empty() && previous.is_some_and(|p| !p.credentials.is_empty()) {
         // A merge patch keeps what it does not name: clear the list explicitly.
         patch["status"]["credentials"] = serde_json::Value::Null;

@@ -272,6 +272,8 @@ pub fn status(findings: &Findings, previous: Option<&ManagerStatus>, now: Time) 
                 ..c.clone()
             })
             .collect(),
+        // The node agents' entries: kept as seen, never patched by the controller.
+        nodes: previous.map(|p| p.nodes.clone()).unwrap_or_default(),
     }
 }
 

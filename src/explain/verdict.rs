@@ -66,6 +66,7 @@ pub(super) fn of(
         let acts_on = match manager.mode {
             Mode::Pod => "Pods",
             Mode::ServiceAccount => "ServiceAccounts",
+            Mode::Node => "the kubelets of the nodes it selects",
         };
         return Verdict::not(
             VerdictKind::WrongMode,

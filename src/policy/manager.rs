@@ -281,7 +281,7 @@ impl Manager {
         };
         let injection = match common.mode {
             Mode::Pod => common.injection,
-            Mode::ServiceAccount => Injection::All,
+            Mode::ServiceAccount | Mode::Node => Injection::All,
         };
         let registries = match injection {
             Injection::All => Vec::new(),

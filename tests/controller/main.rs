@@ -25,6 +25,7 @@ mod gitops;
 mod leader_election;
 mod materialise;
 mod missing_secrets;
+mod node;
 mod pull_secret_registries;
 mod registry_keys;
 mod run;

@@ -92,6 +92,21 @@ impl CheironProcess {
         Self::spawn(host, name, &command_line, admin, None)
     }
 
+    /// Starts `cheiron node-agent ARGS...` as `admin` of the shared cluster. It serves no
+    /// admin port: [`Self::admin`] names a free port nothing listens on. Does not wait.
+    pub fn node_agent(name: &str, args: &[&str]) -> Result<Self> {
+        let [unused] = free_ports()?;
+        let mut command_line = vec!["node-agent".to_owned()];
+        command_line.extend(args.iter().map(|a| (*a).to_owned()));
+        Self::spawn(
+            &Host::shared()?,
+            name,
+            &command_line,
+            SocketAddr::from(([127, 0, 0, 1], unused)),
+            None,
+        )
+    }
+
     /// Starts `cheiron run` (webhook and controller in one process) serving the webhook on
     /// `https://127.0.0.1:PORT/mutate` with the cluster's webhook certificate, followed by
     /// `ARGS...`. Does not wait.

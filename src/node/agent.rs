@@ -1,0 +1,462 @@
+//! `cheiron node-agent`: one per node (a DaemonSet), keeping the node's files in step with the
+//! `ClusterImagePullSecretManager`s in mode `Node` whose `nodeSelector` selects the node.
+//!
+//! ```text
+//!   watch: the managers, this Node ──► sync (on every change, and every --resync)
+//!     1. the Node managers selecting this node, oldest first
+//!     2. their source Secrets, read one by one by name (nothing else is read)
+//!     3. one credentials file (on two managers for one registry, the older wins)
+//!     4. optionally, the kubelet's config.json merge (config_json::sync)
+//!     5. status.nodes[this node] on each manager, by server-side apply
+//! ```
+//!
+//! A manager whose sources cannot be read keeps the credentials it gave last (as the
+//! controller keeps existing copies), and its node entry says why. Nothing a status or a log
+//! holds is a credential.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::PathBuf,
+    sync::Arc,
+    time::Duration,
+};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{Patch, PatchParams},
+    core::{Selector, SelectorExt},
+    runtime::{WatchStreamExt, reflector, watcher},
+};
+use serde_json::json;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    atomic::{self, PRIVATE_MODE},
+    config_json,
+    credentials::{Login, NodeCredentials},
+    install::Install,
+};
+use crate::{
+    api::{ClusterImagePullSecretManager, GROUP, Mode, NodeStatus, VERSION},
+    controller::{Fetched, Provided, SourceKey, desired_with, source_key},
+    message,
+};
+
+/// Longest `status.nodes[].message`.
+pub const MAX_NODE_MESSAGE: usize = 512;
+/// Most conflicts listed in one node entry.
+pub const MAX_NODE_CONFLICTS: usize = 16;
+/// Default of `--resync`: how often sources are read again without a watch event (a
+/// rotated source Secret reaches the node within this time).
+pub const DEFAULT_RESYNC: Duration = Duration::from_secs(60);
+
+/// What one agent looks after.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// This node's name.
+    pub node_name: String,
+    /// The node-local credentials file.
+    pub credentials_file: PathBuf,
+    /// The kubelet's config.json to merge into, if any.
+    pub kubelet_config_json: Option<PathBuf>,
+    /// Where the merge is remembered.
+    pub merge_state_file: PathBuf,
+    /// The credential-provider plugin and its configuration to install, if any.
+    pub install: Option<Install>,
+    /// How often to sync without an event.
+    pub resync: Duration,
+}
+
+/// The Node managers selecting a node with `labels`, oldest first (then by name).
+pub fn selecting(
+    managers: &[Arc<ClusterImagePullSecretManager>],
+    labels: &BTreeMap<String, String>,
+) -> Vec<Arc<ClusterImagePullSecretManager>> {
+    let mut out: Vec<Arc<ClusterImagePullSecretManager>> = managers
+        .iter()
+        .filter(|m| m.spec.mode == Mode::Node && m.metadata.deletion_timestamp.is_none())
+        .filter(|m| {
+            m.spec
+                .node_selector
+                .clone()
+                .and_then(|s| Selector::try_from(s).ok())
+                .is_some_and(|s| s.matches(labels))
+        })
+        .cloned()
+        .collect();
+    out.sort_by(|a, b| {
+        let created = |m: &ClusterImagePullSecretManager| {
+            m.metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_second())
+        };
+        created(a)
+            .cmp(&created(b))
+            .then_with(|| a.name_any().cmp(&b.name_any()))
+    });
+    out
+}
+
+/// One manager's credentials as last read.
+#[derive(Clone, Debug)]
+struct Given {
+    logins: Vec<Login>,
+    /// Why the last read failed (the logins are those of the last good read).
+    problem: Option<String>,
+}
+
+/// The agent's memory between syncs.
+struct Agent {
+    client: Client,
+    config: AgentConfig,
+    /// By manager uid: the last good credentials.
+    last_good: HashMap<String, Vec<Login>>,
+}
+
+impl Agent {
+    async fn fetch(&self, keys: &[SourceKey]) -> Result<HashMap<SourceKey, Fetched>, String> {
+        let mut out = HashMap::new();
+        for (namespace, name) in keys {
+            let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+            let fetched = match api.get_opt(name).await {
+                Ok(None) => Fetched::Missing,
+                Ok(Some(secret)) => Fetched::Present {
+                    secret_type: secret.type_,
+                    data: secret.data.unwrap_or_default(),
+                },
+                Err(e) => {
+                    return Err(format!(
+                        "reading Secret {namespace}/{name}: {}",
+                        message::api_error(&e)
+                    ));
+                }
+            };
+            out.insert((namespace.clone(), name.clone()), fetched);
+        }
+        Ok(out)
+    }
+
+    async fn read(&mut self, manager: &ClusterImagePullSecretManager) -> Given {
+        let uid = manager.uid().unwrap_or_default();
+        let mut keys: Vec<SourceKey> = manager
+            .spec
+            .secrets
+            .iter()
+            .filter_map(|e| source_key(e, None))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        let fresh = match self.fetch(&keys).await {
+            Err(problem) => Err(problem),
+            Ok(fetched) => {
+                let desired = desired_with(
+                    &manager.spec.secrets,
+                    Some("node"),
+                    None,
+                    &fetched,
+                    &Provided::new(),
+                );
+                let problems: Vec<String> = desired.problems.iter().map(|p| p.message()).collect();
+                match desired.secrets.first().and_then(|s| s.content.as_ref()) {
+                    Some(content) if problems.is_empty() => NodeCredentials::parse(content)
+                        .map(|c| c.logins().to_vec())
+                        .map_err(|e| e.to_string()),
+                    _ => Err(problems.join("; ")),
+                }
+            }
+        };
+        match fresh {
+            Ok(logins) => {
+                self.last_good.insert(uid, logins.clone());
+                Given {
+                    logins,
+                    problem: None,
+                }
+            }
+            Err(problem) => Given {
+                logins: self.last_good.get(&uid).cloned().unwrap_or_default(),
+                problem: Some(problem),
+            },
+        }
+    }
+
+    /// One pass: files, then status.
+    async fn sync(&mut self, managers: &[Arc<ClusterImagePullSecretManager>], node: &Node) {
+        let labels = node.labels().clone();
+        let selected = selecting(managers, &labels);
+        let mut given = Vec::with_capacity(selected.len());
+        for manager in &selected {
+            given.push(self.read(manager).await);
+        }
+        let live: Vec<String> = selected
+            .iter()
+            .map(|m| m.uid().unwrap_or_default())
+            .collect();
+        self.last_good.retain(|uid, _| live.contains(uid));
+        let credentials = NodeCredentials::new(given.iter().flat_map(|g| g.logins.iter().cloned()));
+        let mut node_problem = self.write_credentials(&credentials).err();
+        let mut conflicts: Vec<config_json::Conflict> = Vec::new();
+        if node_problem.is_none()
+            && let Some(config) = &self.config.kubelet_config_json
+        {
+            match config_json::sync(
+                config,
+                &self.config.merge_state_file,
+                &credentials.config_json_entries(),
+            ) {
+                Ok(synced) => conflicts = synced.conflicts,
+                Err(e) => node_problem = Some(e.to_string()),
+            }
+        }
+        for (manager, given) in selected.iter().zip(&given) {
+            let registries: Vec<String> = given.logins.iter().map(|l| l.key.clone()).collect();
+            let mine: Vec<String> = conflicts
+                .iter()
+                .filter(|c| registries.contains(&c.key))
+                .map(|c| format!("{} (kept the existing {})", c.key, c.existing))
+                .take(MAX_NODE_CONFLICTS)
+                .collect();
+            let problem = node_problem.clone().or_else(|| given.problem.clone());
+            let entry = NodeStatus {
+                name: self.config.node_name.clone(),
+                observed_generation: manager.metadata.generation,
+                synced: problem.is_none(),
+                registries: registries.into_iter().take(64).collect(),
+                conflicts: mine,
+                message: problem.map(|mut m| {
+                    message::truncate(&mut m, MAX_NODE_MESSAGE);
+                    m
+                }),
+            };
+            self.report(manager, Some(entry)).await;
+        }
+        // Managers this node no longer applies: take its entry out.
+        for manager in managers {
+            let listed = manager
+                .status
+                .as_ref()
+                .is_some_and(|s| s.nodes.iter().any(|n| n.name == self.config.node_name));
+            let applies = selected.iter().any(|s| s.uid() == manager.uid());
+            if listed && !applies {
+                self.report(manager, None).await;
+            }
+        }
+    }
+
+    fn write_credentials(&self, credentials: &NodeCredentials) -> Result<(), String> {
+        let path = &self.config.credentials_file;
+        let describe = |e: std::io::Error| format!("{}: {e}", path.display());
+        if credentials.is_empty() {
+            return atomic::remove(path).map_err(describe);
+        }
+        let bytes = credentials.to_bytes();
+        let current = atomic::read(path).map_err(describe)?;
+        let mode = atomic::mode_of(path).map_err(describe)?;
+        if current.as_deref() == Some(&bytes[..]) && mode == Some(PRIVATE_MODE) {
+            return Ok(());
+        }
+        atomic::write(path, &bytes, PRIVATE_MODE).map_err(describe)?;
+        tracing::info!(
+            file = %path.display(),
+            registries = credentials.logins().len(),
+            "credentials file written"
+        );
+        Ok(())
+    }
+
+    /// Applies this node's entry of `manager`'s `status.nodes` (`None`: removes it), unless it
+    /// is already so.
+    async fn report(&self, manager: &ClusterImagePullSecretManager, entry: Option<NodeStatus>) {
+        let current = manager
+            .status
+            .as_ref()
+            .and_then(|s| s.nodes.iter().find(|n| n.name == self.config.node_name));
+        if current == entry.as_ref() {
+            return;
+        }
+        let name = manager.name_any();
+        let api: Api<ClusterImagePullSecretManager> = Api::all(self.client.clone());
+        let patch = json!({
+            "apiVersion": format!("{GROUP}/{VERSION}"),
+            "kind": "ClusterImagePullSecretManager",
+            "metadata": {"name": name},
+            "status": {"nodes": entry.into_iter().collect::<Vec<_>>()},
+        });
+        let params = PatchParams::apply(&field_manager(&self.config.node_name)).force();
+        if let Err(e) = api
+            .patch_status(&name, &params, &Patch::Apply(&patch))
+            .await
+        {
+            tracing::warn!(manager = name, error = %message::api_error(&e), "cannot write the node's status entry");
+        }
+    }
+}
+
+/// The field manager of one node's status entries (at most 128 characters).
+pub fn field_manager(node: &str) -> String {
+    const PREFIX: &str = "cheiron-node-agent/";
+    let full = format!("{PREFIX}{node}");
+    if full.len() <= 128 {
+        return full;
+    }
+    let digest = config_json::sha256_hex(node.as_bytes());
+    format!("{PREFIX}{}", &digest[..32])
+}
+
+/// Runs the agent until `shutdown`. The files stay as they are on exit: the kubelet keeps
+/// pulling while the agent restarts.
+pub async fn run(
+    client: Client,
+    config: AgentConfig,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    if let Some(install) = &config.install {
+        install.apply()?;
+    }
+    let changed = Arc::new(Notify::new());
+    let (managers, manager_writer) = reflector::store::<ClusterImagePullSecretManager>();
+    let (nodes, node_writer) = reflector::store::<Node>();
+    let watch_managers = reflector(
+        manager_writer,
+        watcher(
+            Api::<ClusterImagePullSecretManager>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff(),
+    )
+    .touched_objects();
+    let watch_node = reflector(
+        node_writer,
+        watcher(
+            Api::<Node>::all(client.clone()),
+            watcher::Config::default().fields(&format!("metadata.name={}", config.node_name)),
+        )
+        .default_backoff(),
+    )
+    .touched_objects();
+    let forward = |stream: futures::stream::BoxStream<'static, Result<(), watcher::Error>>,
+                   what: &'static str| {
+        let changed = changed.clone();
+        tokio::spawn(stream.for_each(move |event| {
+            if let Err(e) = event {
+                tracing::warn!(watch = what, error = %e, "watch failed; retrying");
+            }
+            changed.notify_one();
+            std::future::ready(())
+        }))
+    };
+    let tasks = [
+        forward(watch_managers.map(|r| r.map(|_| ())).boxed(), "managers"),
+        forward(watch_node.map(|r| r.map(|_| ())).boxed(), "node"),
+    ];
+    tokio::select! {
+        () = shutdown.cancelled() => {
+            tasks.iter().for_each(tokio::task::JoinHandle::abort);
+            return Ok(());
+        }
+        ready = async { tokio::try_join!(managers.wait_until_ready(), nodes.wait_until_ready()) } => {
+            ready?;
+        }
+    }
+    tracing::info!(node = config.node_name, "node agent started");
+    let resync = config.resync;
+    let mut agent = Agent {
+        client,
+        config,
+        last_good: HashMap::new(),
+    };
+    loop {
+        match nodes.state().into_iter().next() {
+            Some(node) => agent.sync(&managers.state(), &node).await,
+            None => tracing::warn!(
+                node = agent.config.node_name,
+                "no Node of this name; waiting for it"
+            ),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = changed.notified() => {}
+            () = tokio::time::sleep(resync) => {}
+        }
+    }
+    tasks.iter().for_each(tokio::task::JoinHandle::abort);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+
+    use super::*;
+    use crate::api::ClusterImagePullSecretManagerSpec;
+
+    fn manager(
+        name: &str,
+        created: i64,
+        selector: Option<LabelSelector>,
+    ) -> Arc<ClusterImagePullSecretManager> {
+        let mut m = ClusterImagePullSecretManager::new(
+            name,
+            ClusterImagePullSecretManagerSpec {
+                mode: Mode::Node,
+                node_selector: selector,
+                ..ClusterImagePullSecretManagerSpec::default()
+            },
+        );
+        m.metadata.creation_timestamp = k8s_openapi::jiff::Timestamp::from_second(created)
+            .ok()
+            .map(Time);
+        Arc::new(m)
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn pool(value: &str) -> Option<LabelSelector> {
+        Some(LabelSelector {
+            match_labels: Some(labels(&[("pool", value)])),
+            ..LabelSelector::default()
+        })
+    }
+
+    #[test]
+    fn only_node_managers_whose_selector_matches_are_chosen_oldest_first() {
+        let mut service_account = (*manager("sa", 1, None)).clone();
+        service_account.spec.mode = Mode::ServiceAccount;
+        let managers = vec![
+            manager("young-gpu", 30, pool("gpu")),
+            manager("every-node", 20, Some(LabelSelector::default())),
+            manager("old-gpu", 10, pool("gpu")),
+            manager("cpu", 5, pool("cpu")),
+            manager("no-selector", 1, None),
+            Arc::new(service_account),
+        ];
+        let chosen: Vec<String> = selecting(&managers, &labels(&[("pool", "gpu")]))
+            .iter()
+            .map(|m| m.name_any())
+            .collect();
+        assert_eq!(chosen, ["old-gpu", "every-node", "young-gpu"]);
+        let chosen: Vec<String> = selecting(&managers, &labels(&[]))
+            .iter()
+            .map(|m| m.name_any())
+            .collect();
+        assert_eq!(chosen, ["every-node"]);
+    }
+
+    #[test]
+    fn field_managers_fit_the_apiserver_limit_and_stay_distinct() {
+        assert_eq!(field_manager("node-a"), "cheiron-node-agent/node-a");
+        let long_a = "a".repeat(253);
+        let long_b = format!("{}b", "a".repeat(252));
+        assert!(field_manager(&long_a).len() <= 128);
+        assert_ne!(field_manager(&long_a), field_manager(&long_b));
+    }
+}

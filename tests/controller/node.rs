@@ -1,0 +1,317 @@
+//! Mode Node against the real kube-apiserver: fake Node objects (no kubelet runs here), two
+//! `cheiron node-agent` processes with temporary directories standing in for their hosts'
+//! paths, and the shared controller running. Selecting, rotating, deselecting and deleting a
+//! manager change exactly the right node's files; the kubelet's config.json is given back
+//! byte for byte; the controller writes no Secret for a Node manager; the credential-provider
+//! plugin answers the kubelet's request from the file the agent wrote.
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::{
+    Api,
+    api::{DeleteParams, ObjectMeta, PostParams},
+};
+use serde_json::{Value, json};
+
+use crate::{
+    CHEIRON,
+    dockerconfig::{dockerconfigjson_secret, registry_entry},
+    harness::{Result, controller::CheironProcess},
+    scenario::ControllerScenario,
+};
+
+/// A kubelet config.json another tool wrote: odd layout, a Docker Hub entry that conflicts
+/// with the manager's, and a member cheiron never writes.
+const FOREIGN_CONFIG_JSON: &str = "{\n\t\"auths\" : {\"https://index.docker.io/v1/\":{\"auth\":\"Zm9yZWlnbjpodWI=\"},\n  \"quay.io\": { \"auth\": \"Zm9yZWlnbjpxdWF5\" }},\n\t\"credsStore\": \"kubelet\"\n}\n";
+
+struct FakeNode {
+    name: String,
+    dir: tempfile::TempDir,
+}
+
+impl FakeNode {
+    fn credentials(&self) -> PathBuf {
+        self.dir.path().join("credentials.json")
+    }
+
+    fn config_json(&self) -> PathBuf {
+        self.dir.path().join("config.json")
+    }
+
+    /// The credentials file as `{key: [username, password]}`, `None` when absent.
+    fn logins(&self) -> Result<Option<Value>> {
+        read_logins(&self.credentials())
+    }
+}
+
+fn read_logins(path: &Path) -> Result<Option<Value>> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let file: Value = serde_json::from_slice(&bytes)?;
+    let mut out = serde_json::Map::new();
+    for (key, entry) in file["auths"].as_object().cloned().unwrap_or_default() {
+        out.insert(key, json!([entry["username"], entry["password"]]));
+    }
+    Ok(Some(Value::Object(out)))
+}
+
+async fn create_node(s: &ControllerScenario, name: &str, pool: &str) -> Result<FakeNode> {
+    let node = Node {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(
+                [
+                    ("pool".to_owned(), pool.to_owned()),
+                    ("e2e.cheiron.anny.co/scenario".to_owned(), s.id().to_owned()),
+                ]
+                .into(),
+            ),
+            ..ObjectMeta::default()
+        },
+        ..Node::default()
+    };
+    Api::<Node>::all(s.client().clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .map_err(|e| format!("cannot create Node {name}: {e}"))?;
+    Ok(FakeNode {
+        name: name.to_owned(),
+        dir: tempfile::tempdir()?,
+    })
+}
+
+fn agent(node: &FakeNode, merge: bool) -> Result<CheironProcess> {
+    let credentials = node.credentials().display().to_string();
+    let config = node.config_json().display().to_string();
+    let mut args = vec![
+        "--node-name",
+        &node.name,
+        "--credentials-file",
+        &credentials,
+        "--resync",
+        "1s",
+    ];
+    if merge {
+        args.extend(["--kubelet-config-json", &config]);
+    }
+    CheironProcess::node_agent(&format!("node-agent-{}", node.name), &args)
+}
+
+fn manager_yaml(name: &str, scenario: &str, pool: &str, sources: &str) -> String {
+    format!(
+        "
+apiVersion: cheiron.anny.co/v1alpha1
+kind: ClusterImagePullSecretManager
+metadata:
+  name: {name}
+spec:
+  mode: Node
+  nodeSelector:
+    matchLabels:
+      pool: {pool}
+      e2e.cheiron.anny.co/scenario: {scenario}
+  secrets:
+    - existingSecretRef:
+        name: node-pull
+        namespace: {sources}
+"
+    )
+}
+
+fn pull_secret(user: &str) -> k8s_openapi::api::core::v1::Secret {
+    dockerconfigjson_secret(
+        "node-pull",
+        &json!({
+            "registry.example.com": registry_entry(user, &format!("{user}-password"), None),
+            "docker.io": registry_entry(user, &format!("{user}-hub"), None),
+        }),
+    )
+}
+
+fn expected(user: &str) -> Value {
+    json!({
+        "registry.example.com": [user, format!("{user}-password")],
+        "docker.io": [user, format!("{user}-hub")],
+    })
+}
+
+/// `cheiron credential-provider` run as the kubelet runs it, on `request`.
+fn plugin(credentials: &Path, request: &str) -> Result<Value> {
+    let mut child = Command::new(CHEIRON.binary)
+        .args(["credential-provider", "--credentials-file"])
+        .arg(credentials)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .ok_or("no stdin")?
+        .write_all(request.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        return Err(format!(
+            "credential-provider failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+#[tokio::test]
+async fn node_agents_follow_selection_rotation_deselection_and_deletion() -> Result {
+    let s = ControllerScenario::new("node").await?;
+    let sources = s.create_namespace(&[], &[]).await?;
+    // A namespace a namespace-scoped manager without selector would reach.
+    let bystander = s.create_target_namespace(&[], &[]).await?;
+    s.create_secret(&sources, &pull_secret("first")).await?;
+    let gpu = create_node(&s, &s.unique_name("gpu"), "gpu").await?;
+    let cpu = create_node(&s, &s.unique_name("cpu"), "cpu").await?;
+    std::fs::write(gpu.config_json(), FOREIGN_CONFIG_JSON)?;
+    let _gpu_agent = agent(&gpu, true)?;
+    let _cpu_agent = agent(&cpu, false)?;
+
+    // Select the gpu node.
+    let name = s.unique_name("nodes");
+    let manager = s
+        .apply(&manager_yaml(&name, s.id(), "gpu", &sources))
+        .await?;
+    s.eventually("the gpu node's credentials file", || async {
+        match gpu.logins()? {
+            Some(l) if l == expected("first") => Ok(()),
+            other => Err(format!("{other:?}").into()),
+        }
+    })
+    .await?;
+    assert_eq!(cpu.logins()?, None, "an unselected node gets nothing");
+    let mode = std::fs::metadata(gpu.credentials())?.permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o600
+    );
+    // config.json: the foreign entries as they were, cheiron's registry added, the foreign
+    // Docker Hub entry kept over cheiron's.
+    let merged = std::fs::read_to_string(gpu.config_json())?;
+    assert!(
+        merged.contains(r#""https://index.docker.io/v1/": {"auth":"Zm9yZWlnbjpodWI="}"#)
+            && merged.contains(r#""quay.io": { "auth": "Zm9yZWlnbjpxdWF5" }"#)
+            && merged.contains(r#""credsStore": "kubelet""#),
+        "{merged}"
+    );
+    let auths: Value = serde_json::from_str::<Value>(&merged)?["auths"].clone();
+    assert_eq!(
+        auths["registry.example.com"]["username"], "first",
+        "{merged}"
+    );
+    assert!(auths.get("docker.io").is_none(), "{merged}");
+    let status = s
+        .until_status(&manager, "the gpu node's entry", |st| {
+            st.nodes.len() == 1 && st.nodes[0].name == gpu.name && st.nodes[0].synced
+        })
+        .await?;
+    let entry = &status.nodes[0];
+    assert_eq!(
+        entry.conflicts,
+        ["docker.io (kept the existing https://index.docker.io/v1/)"]
+    );
+    assert!(
+        s.copies_of(&manager).await?.is_empty(),
+        "the controller writes no Secret for a Node manager"
+    );
+    assert_eq!(s.secret(&bystander, "node-pull").await?.map(|_| ()), None);
+
+    // The plugin answers the kubelet's requests from the gpu node's file.
+    let request = |image: &str| {
+        format!(
+            r#"{{"kind":"CredentialProviderRequest","apiVersion":"credentialprovider.kubelet.k8s.io/v1","image":"{image}"}}"#
+        )
+    };
+    let answer = plugin(&gpu.credentials(), &request("registry.example.com/app"))?;
+    assert_eq!(
+        answer["auth"]["registry.example.com"],
+        json!({"username": "first", "password": "first-password"})
+    );
+    let answer = plugin(&gpu.credentials(), &request("nginx"))?;
+    assert_eq!(
+        answer["auth"]["docker.io"],
+        json!({"username": "first", "password": "first-hub"})
+    );
+    let answer = plugin(&cpu.credentials(), &request("registry.example.com/app"))?;
+    assert_eq!(answer.get("auth"), None, "{answer}");
+
+    // Rotate the source: the gpu node follows, the cpu node still has nothing.
+    s.replace_secret_data(&sources, "node-pull", &pull_secret("second"))
+        .await?;
+    s.eventually("the rotated credentials on the gpu node", || async {
+        match gpu.logins()? {
+            Some(l) if l == expected("second") => Ok(()),
+            other => Err(format!("{other:?}").into()),
+        }
+    })
+    .await?;
+    let merged: Value = serde_json::from_str(&std::fs::read_to_string(gpu.config_json())?)?;
+    assert_eq!(
+        merged["auths"]["registry.example.com"]["username"],
+        "second"
+    );
+    assert_eq!(cpu.logins()?, None);
+
+    // Deselect the gpu node, select the cpu node.
+    s.apply(&manager_yaml(&name, s.id(), "cpu", &sources))
+        .await?;
+    s.eventually("the credentials move to the cpu node", || async {
+        match (gpu.logins()?, cpu.logins()?) {
+            (None, Some(l)) if l == expected("second") => Ok(()),
+            other => Err(format!("{other:?}").into()),
+        }
+    })
+    .await?;
+    assert_eq!(
+        std::fs::read_to_string(gpu.config_json())?,
+        FOREIGN_CONFIG_JSON,
+        "the kubelet's config.json is given back byte for byte"
+    );
+    s.until_status(&manager, "only the cpu node's entry", |st| {
+        st.nodes.len() == 1 && st.nodes[0].name == cpu.name && st.nodes[0].synced
+    })
+    .await?;
+
+    // Delete the manager: nothing is left on either node.
+    let object = s.manager(&manager).await?.ok_or("manager gone early")?;
+    s.delete_manager(&object).await?;
+    s.eventually("no credentials on any node", || async {
+        match (gpu.logins()?, cpu.logins()?) {
+            (None, None) => Ok(()),
+            other => Err(format!("{other:?}").into()),
+        }
+    })
+    .await?;
+    assert_eq!(
+        std::fs::read_to_string(gpu.config_json())?,
+        FOREIGN_CONFIG_JSON
+    );
+    let leftovers: Vec<String> = std::fs::read_dir(gpu.dir.path())?
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<std::io::Result<_>>()?;
+    assert_eq!(
+        leftovers,
+        ["config.json"],
+        "no state or temporary file is left"
+    );
+
+    let nodes = Api::<Node>::all(s.client().clone());
+    for node in [&gpu, &cpu] {
+        nodes.delete(&node.name, &DeleteParams::default()).await?;
+    }
+    Ok(())
+}
