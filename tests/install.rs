@@ -2530,3 +2530,99 @@ mod alerts {
         Ok(())
     }
 }
+
+mod node_agent {
+    //! The chart's opt-in node agent (docs/node.md): nothing by default; when enabled, a
+    //! DaemonSet with the agent's flags and host paths, and RBAC that reads Secrets only in the
+    //! named namespaces, by name.
+
+    use super::*;
+
+    const NAME: &str = "cheiron-node-agent";
+
+    #[test]
+    fn the_node_agent_is_off_by_default() -> Result {
+        let objects = render(&[])?;
+        let named: Vec<String> = objects
+            .iter()
+            .filter(|o| o["metadata"]["name"] == NAME)
+            .map(|o| o["kind"].to_string())
+            .collect();
+        assert!(named.is_empty(), "{named:?}");
+        Ok(())
+    }
+
+    #[test]
+    fn enabled_it_runs_everywhere_with_its_paths_and_reads_secrets_only_where_named() -> Result {
+        let objects = render(&[
+            "node.enabled=true",
+            "node.kubeletConfigJson=/var/lib/kubelet/config.json",
+            "node.credentialProvider.install=true",
+            "node.secretNamespaces={node-credentials}",
+        ])?;
+        let daemon_set = find(&objects, "DaemonSet", NAME)?;
+        let pod = &daemon_set["spec"]["template"]["spec"];
+        let container = &pod["containers"][0];
+        let args: Vec<&str> = container["args"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(args[0], "node-agent");
+        for expected in [
+            "--credentials-file=/var/lib/cheiron/credentials.json",
+            "--kubelet-config-json=/var/lib/kubelet/config.json",
+            "--install-bin-dir=/var/lib/cheiron/bin",
+            "--install-provider-config=/var/lib/cheiron/credential-provider-config.yaml",
+        ] {
+            assert!(args.contains(&expected), "{expected} not in {args:?}");
+        }
+        assert_eq!(
+            container["env"][0]["valueFrom"]["fieldRef"]["fieldPath"],
+            "spec.nodeName"
+        );
+        assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+        assert_eq!(
+            container["securityContext"]["capabilities"]["drop"][0],
+            "ALL"
+        );
+        // Host paths: the state directory and the kubelet's, each once, nothing else.
+        let host_paths: Vec<&str> = pod["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v["hostPath"]["path"].as_str())
+            .collect();
+        assert_eq!(host_paths, ["/var/lib/cheiron", "/var/lib/kubelet"]);
+        assert_eq!(pod["tolerations"][0]["operator"], "Exists");
+
+        // Secrets: `get` only, in the named namespace only.
+        let secret_rules: Vec<(&str, &Value)> = objects
+            .iter()
+            .filter(|o| matches!(o["kind"].as_str(), Some("Role" | "ClusterRole")))
+            .filter(|o| o["metadata"]["name"] == NAME)
+            .flat_map(|o| {
+                let namespace = o["metadata"]["namespace"].as_str().unwrap_or("<cluster>");
+                o["rules"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|r| {
+                        r["resources"]
+                            .as_array()
+                            .is_some_and(|rs| rs.iter().any(|x| x == "secrets"))
+                    })
+                    .map(move |r| (namespace, &r["verbs"]))
+            })
+            .collect();
+        assert_eq!(
+            secret_rules,
+            [("node-credentials", &serde_json::json!(["get"]))]
+        );
+        let binding = find(&objects, "RoleBinding", NAME)?;
+        assert_eq!(binding["metadata"]["namespace"], "node-credentials");
+        assert_eq!(binding["subjects"][0]["name"], NAME);
+        Ok(())
+    }
+}
