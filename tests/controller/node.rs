@@ -186,12 +186,18 @@ async fn node_agents_follow_selection_rotation_deselection_and_deletion() -> Res
     let manager = s
         .apply(&manager_yaml(&name, s.id(), "gpu", &sources))
         .await?;
-    s.eventually("the gpu node's credentials file", || async {
-        match gpu.logins()? {
-            Some(l) if l == expected("first") => Ok(()),
-            other => Err(format!("{other:?}").into()),
-        }
-    })
+    s.eventually(
+        "the gpu node's credentials file and config.json",
+        || async {
+            let merged = std::fs::read_to_string(gpu.config_json())?;
+            match gpu.logins()? {
+                Some(l) if l == expected("first") && merged.contains("registry.example.com") => {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}").into()),
+            }
+        },
+    )
     .await?;
     assert_eq!(cpu.logins()?, None, "an unselected node gets nothing");
     let mode = std::fs::metadata(gpu.credentials())?.permissions();
@@ -252,27 +258,26 @@ async fn node_agents_follow_selection_rotation_deselection_and_deletion() -> Res
     // Rotate the source: the gpu node follows, the cpu node still has nothing.
     s.replace_secret_data(&sources, "node-pull", &pull_secret("second"))
         .await?;
+    // The agent writes the credentials file, then config.json: wait for both.
     s.eventually("the rotated credentials on the gpu node", || async {
+        let merged: Value = serde_json::from_str(&std::fs::read_to_string(gpu.config_json())?)?;
+        let user = &merged["auths"]["registry.example.com"]["username"];
         match gpu.logins()? {
-            Some(l) if l == expected("second") => Ok(()),
-            other => Err(format!("{other:?}").into()),
+            Some(l) if l == expected("second") && user == "second" => Ok(()),
+            other => Err(format!("{other:?}, config.json user {user}").into()),
         }
     })
     .await?;
-    let merged: Value = serde_json::from_str(&std::fs::read_to_string(gpu.config_json())?)?;
-    assert_eq!(
-        merged["auths"]["registry.example.com"]["username"],
-        "second"
-    );
     assert_eq!(cpu.logins()?, None);
 
     // Deselect the gpu node, select the cpu node.
     s.apply(&manager_yaml(&name, s.id(), "cpu", &sources))
         .await?;
     s.eventually("the credentials move to the cpu node", || async {
+        let restored = std::fs::read_to_string(gpu.config_json())? == FOREIGN_CONFIG_JSON;
         match (gpu.logins()?, cpu.logins()?) {
-            (None, Some(l)) if l == expected("second") => Ok(()),
-            other => Err(format!("{other:?}").into()),
+            (None, Some(l)) if l == expected("second") && restored => Ok(()),
+            other => Err(format!("{other:?}, config.json restored: {restored}").into()),
         }
     })
     .await?;
