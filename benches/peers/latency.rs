@@ -12,7 +12,13 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use crate::{Args, Result, quantile_ms, setup::Bench};
+use crate::{
+    Args, Result, quantile_ms,
+    setup::{Bench, histogram_sum_count},
+};
+
+/// cheiron's own handler-time histogram (request received to response written).
+const HANDLER_HISTOGRAM: &str = "cheiron_admission_duration_seconds";
 
 /// Creates before each configuration's timed run, not counted.
 const WARM_UP: usize = 20;
@@ -129,6 +135,8 @@ pub async fn run(bench: &mut Bench, args: &Args) -> Result<Value> {
         let mut all: Vec<Vec<Duration>> = vec![Vec::new(); configs.len()];
         let mut wrong = vec![0; configs.len()];
         let mut refused = vec![0; configs.len()];
+        // cheiron's handler time summed over its timed creates: (seconds, reviews).
+        let mut handler = (0.0, 0.0);
         for round in 0..args.rounds {
             // Alternate, and rotate the order each round.
             for k in 0..configs.len() {
@@ -139,8 +147,21 @@ pub async fn run(bench: &mut Bench, args: &Args) -> Result<Value> {
                 }
                 let pods: Api<Pod> = Api::namespaced(bench.client.clone(), &c.namespace);
                 creates(&pods, &body, WARM_UP, clients, c.mutates).await;
+                let metrics = bench
+                    .cheiron_metrics
+                    .as_deref()
+                    .filter(|_| c.name == "cheiron");
+                let before = match metrics {
+                    Some(url) => Some(histogram_sum_count(url, HANDLER_HISTOGRAM).await?),
+                    None => None,
+                };
                 let started = Instant::now();
                 let s = creates(&pods, &body, count, clients, c.mutates).await;
+                if let (Some(url), Some(before)) = (metrics, before) {
+                    let after = histogram_sum_count(url, HANDLER_HISTOGRAM).await?;
+                    handler.0 += after.0 - before.0;
+                    handler.1 += after.1 - before.1;
+                }
                 let mut sorted = s.took.clone();
                 sorted.sort();
                 eprintln!(
@@ -192,6 +213,17 @@ pub async fn run(bench: &mut Bench, args: &Args) -> Result<Value> {
                 all[i].len(),
                 wrong[i],
                 refused[i]
+            );
+        }
+        if handler.1 > 0.0 {
+            let mean_ms = handler.0 / handler.1 * 1000.0;
+            eprintln!(
+                "[peers] latency {mode} cheiron handler time: mean {mean_ms:.3} ms over {} reviews",
+                handler.1
+            );
+            table.insert(
+                "cheiron_handler_mean_ms".into(),
+                json!({"mean_ms": mean_ms, "reviews": handler.1}),
             );
         }
         table.insert("clients".into(), json!(clients));

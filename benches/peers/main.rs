@@ -3,6 +3,8 @@
 //!
 //! - **floor**: a do-nothing webhook on cheiron's TLS stack (`floor.rs`), answering
 //!   `allowed: true` with no patch: what any webhook costs;
+//! - **floor-patch**: the same server answering every review with one constant patch that
+//!   adds the pull Secret: what any *mutating* webhook costs (the apiserver applies the patch);
 //! - **cheiron**: `cheiron webhook` in cluster mode, a manager in mode Pod;
 //! - **go**: a typical controller-runtime webhook (`benches/peers/go/baseline`): decode the
 //!   typed Pod, append the pull Secret, diff to a JSON patch;
@@ -115,7 +117,7 @@ fn main() -> Result {
     if raw.next().as_deref() == Some("--serve-floor") {
         let addr = raw.next().ok_or("--serve-floor ADDR CERT_DIR")?.parse()?;
         let dir = raw.next().ok_or("--serve-floor ADDR CERT_DIR")?;
-        return floor::serve(addr, PathBuf::from(dir));
+        return floor::serve(addr, PathBuf::from(dir), raw.next());
     }
     let args = Args::parse()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

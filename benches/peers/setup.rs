@@ -74,6 +74,8 @@ pub struct Bench {
     pub servers: Vec<Server>,
     pub peers: PathBuf,
     pub kyverno: bool,
+    /// `http://ADDR/metrics` of the cheiron webhook's admin port.
+    pub cheiron_metrics: Option<String>,
 }
 
 impl Bench {
@@ -100,6 +102,7 @@ impl Bench {
         }];
         for (name, mutates) in [
             ("floor", false),
+            ("floor-patch", true),
             ("cheiron", true),
             ("go", true),
             ("kyverno", true),
@@ -112,7 +115,16 @@ impl Bench {
                 });
             }
         }
-        create_namespace(&client, SOURCES, &[]).await?;
+        // Kyverno keeps clones in step through its admission webhook: it sees the source's
+        // UPDATE and queues the sync. Its webhooks only select namespaces with `KYVERNO_SEES`,
+        // so the sources' namespace carries it too (without it a rotation never reaches the
+        // clones, as the first runs of this bench showed).
+        let sources_labels: &[(&str, &str)] = if kyverno {
+            &[(KYVERNO_SEES, "true")]
+        } else {
+            &[]
+        };
+        create_namespace(&client, SOURCES, sources_labels).await?;
         for c in &configs {
             let mut labels = vec![(TARGET, c.name)];
             if c.name == "kyverno" {
@@ -135,8 +147,12 @@ impl Bench {
             servers: Vec::new(),
             peers,
             kyverno,
+            cheiron_metrics: None,
         };
-        bench.start_floor(&certs).await?;
+        bench.start_floor("floor", None, &certs).await?;
+        bench
+            .start_floor("floor-patch", Some(PULL_SECRET), &certs)
+            .await?;
         bench.start_cheiron(&certs).await?;
         if args.runs("go") {
             bench.start_go(&certs).await?;
@@ -171,28 +187,30 @@ impl Bench {
         harness::register(&self.client, &configuration).await
     }
 
-    async fn start_floor(&mut self, certs: &WebhookCertificates) -> Result {
-        if !self.configs.iter().any(|c| c.name == "floor") {
+    /// A floor server (`floor.rs`), patching with `pull_secret` when given.
+    async fn start_floor(
+        &mut self,
+        name: &'static str,
+        pull_secret: Option<&str>,
+        certs: &WebhookCertificates,
+    ) -> Result {
+        if !self.configs.iter().any(|c| c.name == name) {
             return Ok(());
         }
         let [port] = free_ports()?;
         let addr = format!("127.0.0.1:{port}");
-        let mut server = Server::spawn(
-            "floor",
-            &self.dir,
-            Command::new(std::env::current_exe()?)
-                .arg("--serve-floor")
-                .arg(&addr)
-                .arg(&certs.dir),
-        )?;
+        let mut command = Command::new(std::env::current_exe()?);
+        command.arg("--serve-floor").arg(&addr).arg(&certs.dir);
+        command.args(pull_secret);
+        let mut server = Server::spawn(name, &self.dir, &mut command)?;
         server
             .wait_until("listening", READY_WITHIN, || async {
                 TcpStream::connect(&addr).is_ok()
             })
             .await?;
         let url = format!("https://{addr}/mutate");
-        self.register("floor", &url, certs).await?;
-        self.endpoints.push(("floor", url));
+        self.register(name, &url, certs).await?;
+        self.endpoints.push((name, url));
         self.servers.push(server);
         Ok(())
     }
@@ -226,6 +244,7 @@ impl Bench {
         webhook
             .wait_until("ready", READY_WITHIN, || http_ok(&ready))
             .await?;
+        self.cheiron_metrics = Some(format!("http://{admin}/metrics"));
         let controller_admin = format!("127.0.0.1:{controller_admin}");
         let mut controller = Server::spawn(
             "cheiron-controller",
@@ -642,6 +661,22 @@ fn build_peers() -> Result<(PathBuf, Option<u64>)> {
         .ok()
         .and_then(|s| s.trim().parse().ok());
     Ok((dir, seconds))
+}
+
+/// `(sum, count)` of the histogram `name` with label `resource="pods"` in the Prometheus text
+/// exposition at `url`.
+pub async fn histogram_sum_count(url: &str, name: &str) -> Result<(f64, f64)> {
+    let text = reqwest::get(url).await?.error_for_status()?.text().await?;
+    let series = |suffix: &str| -> Result<f64> {
+        let prefix = format!("{name}_{suffix}{{");
+        text.lines()
+            .find(|l| l.starts_with(&prefix) && l.contains(r#"resource="pods""#))
+            .and_then(|l| l.rsplit(' ').next())
+            .ok_or_else(|| format!("{url} has no {name}_{suffix} for pods"))?
+            .parse()
+            .map_err(Into::into)
+    };
+    Ok((series("sum")?, series("count")?))
 }
 
 async fn http_ok(url: &str) -> bool {

@@ -12,6 +12,12 @@ use crate::{Args, Result, latency::review_json, setup::Bench};
 const CLIENTS: usize = 8;
 /// Concurrent streams per HTTP/2 connection.
 const STREAMS: usize = 8;
+/// Longest a counted h2load run should take: a server whose warm-up rate says `--requests`
+/// would take longer gets fewer requests (never fewer than [`MIN_REQUESTS`]), so a slow peer
+/// (Kyverno answers tens of reviews a second) does not stretch the phase to many minutes.
+const RUN_SECONDS: f64 = 20.0;
+/// See [`RUN_SECONDS`].
+const MIN_REQUESTS: usize = 300;
 
 /// `h2load` on PATH, installed with apt-get when it is missing and we may.
 fn h2load() -> Result<String> {
@@ -108,6 +114,7 @@ pub async fn run(bench: &mut Bench, args: &Args) -> Result<Value> {
     let mut out = serde_json::Map::new();
     for protocol in ["http/1.1", "h2"] {
         let mut runs: Vec<Vec<Run>> = bench.endpoints.iter().map(|_| Vec::new()).collect();
+        let mut warm_up_rps = vec![f64::INFINITY; bench.endpoints.len()];
         for round in 0..=args.rounds {
             for k in 0..bench.endpoints.len() {
                 let i = (k + round) % bench.endpoints.len();
@@ -127,7 +134,8 @@ pub async fn run(bench: &mut Bench, args: &Args) -> Result<Value> {
                 let n = if round == 0 {
                     args.requests / 10
                 } else {
-                    args.requests
+                    let affordable = (warm_up_rps[i] * RUN_SECONDS) as usize;
+                    args.requests.min(affordable.max(MIN_REQUESTS))
                 };
                 let output = command.args(["-n", &n.to_string()]).arg(url).output()?;
                 let text = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -138,6 +146,8 @@ pub async fn run(bench: &mut Bench, args: &Args) -> Result<Value> {
                 );
                 if round > 0 {
                     runs[i].push(run);
+                } else {
+                    warm_up_rps[i] = run.rps;
                 }
             }
         }
@@ -151,7 +161,8 @@ pub async fn run(bench: &mut Bench, args: &Args) -> Result<Value> {
             table.insert(
                 (*name).to_owned(),
                 json!({"median_rps": median, "best_rps": best, "runs_rps": rps, "failed": failed,
-                       "mean_ms": runs[i].iter().map(|r| r.mean_ms).collect::<Vec<_>>()}),
+                       "mean_ms": runs[i].iter().map(|r| r.mean_ms).collect::<Vec<_>>(),
+                       "requests": runs[i].iter().map(|r| r.requests).collect::<Vec<_>>()}),
             );
             eprintln!(
                 "[peers] h2load {protocol} {name:>8}: median {median:.0} req/s, best {best:.0}, {failed} failed"
