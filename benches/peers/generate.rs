@@ -18,6 +18,7 @@ use tokio::sync::Notify;
 
 use crate::{
     Args, Result,
+    servers::Server,
     setup::{
         Bench, GENERATE, KYVERNO_SEES, SOURCES, apply_yaml, create_namespace, create_pull_secret,
         pull_secret,
@@ -69,10 +70,19 @@ impl Seen {
         }
     }
 
-    /// When each of `namespaces` first held `version`; an error after [`WAIT`].
-    async fn until(&self, namespaces: &[String], version: &str) -> Result<Vec<Instant>> {
+    /// When each of `namespaces` first held `version`; an error after [`WAIT`]. `servers`
+    /// are checked while waiting (and Kyverno's restarted if they exited).
+    async fn until(
+        &self,
+        namespaces: &[String],
+        version: &str,
+        servers: &mut [Server],
+    ) -> Result<Vec<Instant>> {
         let deadline = Instant::now() + WAIT;
         loop {
+            for s in servers.iter_mut() {
+                s.check_running()?;
+            }
             let notified = self.changed.notified();
             let (found, missing) = {
                 let map = self.by_namespace.lock().map_err(|_| "poisoned")?;
@@ -111,6 +121,9 @@ fn source(who: &str) -> String {
 }
 
 pub async fn run(bench: &mut Bench, _args: &Args) -> Result<Value> {
+    for s in &mut bench.servers {
+        s.check_running()?;
+    }
     let client = bench.client.clone();
     let mut who = vec!["cheiron"];
     if bench.kyverno {
@@ -160,7 +173,16 @@ spec:
             .buffer_unordered(32)
             .try_collect::<Vec<_>>()
             .await?;
-        let all = seen.until(&names, "v1").await?;
+        let all = match seen.until(&names, "v1", &mut bench.servers).await {
+            Ok(all) => all,
+            Err(e) => {
+                // A finding about that controller, not the end of the bench: the others are
+                // still measured, and this one is left out of the rotation and latency runs.
+                eprintln!("[peers] controller {w}: fill: {e}");
+                out.insert(format!("{w}_fill_error"), json!(e.to_string()));
+                continue;
+            }
+        };
         let last = all.iter().max().copied().unwrap_or(created);
         let fill = last.saturating_duration_since(created);
         eprintln!(
@@ -172,6 +194,7 @@ spec:
         );
         rotation_namespaces.insert(*w, names);
     }
+    who.retain(|w| rotation_namespaces.contains_key(w));
     let mut rotations: HashMap<&str, Vec<f64>> = HashMap::new();
     for round in 0..ROTATION_ROUNDS {
         for w in &who {
@@ -183,7 +206,9 @@ spec:
             secrets
                 .replace(&source(w), &PostParams::default(), &current)
                 .await?;
-            let result = seen.until(&rotation_namespaces[w], &version).await;
+            let result = seen
+                .until(&rotation_namespaces[w], &version, &mut bench.servers)
+                .await;
             match result {
                 Ok(all) => {
                     let took = all
@@ -222,11 +247,16 @@ spec:
             let ns = format!("{prefix}-l-{i}");
             let sent = Instant::now();
             create_namespace(&client, &ns, &labels(w)).await?;
-            let at = seen.until(std::slice::from_ref(&ns), "rot-2").await;
+            let at = seen
+                .until(std::slice::from_ref(&ns), "rot-2", &mut bench.servers)
+                .await;
             let at = match at {
                 Ok(at) => at,
                 // A source whose rotation did not finish: the copy holds whatever it holds.
-                Err(_) => seen.until(std::slice::from_ref(&ns), "v1").await?,
+                Err(_) => {
+                    seen.until(std::slice::from_ref(&ns), "v1", &mut bench.servers)
+                        .await?
+                }
             };
             latencies
                 .entry(w)

@@ -159,6 +159,9 @@ async fn run(args: Args) -> Result {
         bench.top_up_namespaces(args.namespaces).await?;
         results.insert("memory_namespaces".into(), bench.memory_now().await?);
     }
+    let restarts: BTreeMap<&str, u32> =
+        bench.servers.iter().map(|s| (s.name, s.restarts)).collect();
+    results.insert("restarts".into(), json!(restarts));
     results.insert(
         "runtime_seconds".into(),
         json!(started.elapsed().as_secs_f64()),

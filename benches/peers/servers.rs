@@ -2,6 +2,7 @@
 //! logging into the run directory, killed on every way out.
 
 use std::{
+    ffi::OsString,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -16,6 +17,12 @@ pub struct Server {
     child: Child,
     /// Its log (stdout and stderr).
     pub log: PathBuf,
+    /// How to start it again: program, arguments, environment.
+    spec: (OsString, Vec<OsString>, Vec<(OsString, Option<OsString>)>),
+    /// Whether an exit is followed by a restart, as a kubelet does for a Deployment's Pod.
+    restart_always: bool,
+    /// Restarts so far.
+    pub restarts: u32,
 }
 
 impl Server {
@@ -23,6 +30,14 @@ impl Server {
     pub fn spawn(name: &'static str, dir: &Path, command: &mut Command) -> Result<Self> {
         let log = dir.join(format!("{name}.log"));
         let file = std::fs::File::create(&log)?;
+        let spec = (
+            command.get_program().to_owned(),
+            command.get_args().map(ToOwned::to_owned).collect(),
+            command
+                .get_envs()
+                .map(|(k, v)| (k.to_owned(), v.map(ToOwned::to_owned)))
+                .collect(),
+        );
         let child = command
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
@@ -34,7 +49,49 @@ impl Server {
             child.id(),
             log.display()
         );
-        Ok(Self { name, child, log })
+        Ok(Self {
+            name,
+            child,
+            log,
+            spec,
+            restart_always: false,
+            restarts: 0,
+        })
+    }
+
+    /// Restarts the process whenever it is found exited, as the kubelet restarts a
+    /// Deployment's Pod, instead of failing the bench.
+    pub fn restart_always(mut self) -> Self {
+        self.restart_always = true;
+        self
+    }
+
+    /// Starts the process again, appending to its log.
+    fn restart(&mut self) -> Result {
+        let (program, args, envs) = &self.spec;
+        let mut command = Command::new(program);
+        command.args(args);
+        for (k, v) in envs {
+            match v {
+                Some(v) => command.env(k, v),
+                None => command.env_remove(k),
+            };
+        }
+        let file = std::fs::OpenOptions::new().append(true).open(&self.log)?;
+        self.child = command
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .map_err(|e| format!("cannot restart {}: {e}", self.name))?;
+        self.restarts += 1;
+        eprintln!(
+            "[peers] {} exited and was restarted (restart {}), pid {}",
+            self.name,
+            self.restarts,
+            self.child.id()
+        );
+        Ok(())
     }
 
     /// The process id.
@@ -42,9 +99,13 @@ impl Server {
         self.child.id()
     }
 
-    /// An error quoting the log's tail if the process has exited.
+    /// An error quoting the log's tail if the process has exited (a restart instead, for a
+    /// process started with [`Server::restart_always`]).
     pub fn check_running(&mut self) -> Result {
         if let Some(status) = self.child.try_wait()? {
+            if self.restart_always {
+                return self.restart();
+            }
             return Err(format!(
                 "{} exited ({status}); last lines of {}:\n{}",
                 self.name,
