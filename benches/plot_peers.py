@@ -5,7 +5,8 @@
 each server's RSS at start and at the memory phase's namespace count. Python standard library
 only; the SVG is written by hand, like benches/plot.py.
 
-Usage: python3 benches/plot_peers.py [RESULTS.json] [OUT.svg]
+Usage: python3 benches/plot_peers.py [RESULTS.json ...] [OUT.svg]
+Several JSON files (e.g. runs of different `--phases`) are merged, later ones winning.
 """
 
 import json
@@ -13,8 +14,10 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "results", "peers.json")
-OUT = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(RESULTS), "peers.svg")
+ARGS = sys.argv[1:]
+OUT = ARGS.pop() if ARGS and ARGS[-1].endswith(".svg") else None
+RESULTS = ARGS or [os.path.join(HERE, "results", "peers.json")]
+OUT = OUT or os.path.join(os.path.dirname(RESULTS[0]), "peers.svg")
 
 CONFIGS = ["floor", "floor-patch", "cheiron", "go", "kyverno"]
 COLOURS = {
@@ -71,15 +74,19 @@ def bars(x0, y0, title, groups, unit):
 
 
 def main():
-    with open(RESULTS) as f:
-        data = json.load(f)
-    present = [c for c in CONFIGS if c in data.get("latency", {}).get("sequential", {})]
+    data = {}
+    for path in RESULTS:
+        with open(path) as f:
+            data.update(json.load(f))
+    memory_names = set(data.get("memory_idle", {})) | {"cheiron"}
+    present = [c for c in CONFIGS
+               if c in data.get("latency", {}).get("sequential", {}) or c in memory_names]
     panels = []
     for mode in ["sequential", "concurrent"]:
         table = data.get("latency", {}).get(mode)
         if not table:
             continue
-        groups = [(f"added {q}", [(c, table[c].get(f"added_{q}_ms")) for c in present])
+        groups = [(f"added {q}", [(c, table.get(c, {}).get(f"added_{q}_ms")) for c in present])
                   for q in ["p50", "p99"]]
         clients = table.get("clients", 1)
         panels.append((f"Pod CREATE, added latency, {clients} client(s)", groups, "ms"))

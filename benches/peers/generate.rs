@@ -70,6 +70,16 @@ impl Seen {
         }
     }
 
+    /// Those of `namespaces` holding `version` now.
+    fn holding(&self, namespaces: &[String], version: &str) -> Result<Vec<String>> {
+        let map = self.by_namespace.lock().map_err(|_| "poisoned")?;
+        Ok(namespaces
+            .iter()
+            .filter(|n| map.get(*n).is_some_and(|(v, _)| v == version))
+            .cloned()
+            .collect())
+    }
+
     /// When each of `namespaces` first held `version`; an error after [`WAIT`]. `servers`
     /// are checked while waiting (and Kyverno's restarted if they exited).
     async fn until(
@@ -176,10 +186,15 @@ spec:
         let all = match seen.until(&names, "v1", &mut bench.servers).await {
             Ok(all) => all,
             Err(e) => {
-                // A finding about that controller, not the end of the bench: the others are
-                // still measured, and this one is left out of the rotation and latency runs.
+                // A finding about that controller, not the end of the bench: its rotation is
+                // timed over the namespaces it did fill, and its new-namespace latency as usual.
                 eprintln!("[peers] controller {w}: fill: {e}");
                 out.insert(format!("{w}_fill_error"), json!(e.to_string()));
+                let filled = seen.holding(&names, "v1")?;
+                out.insert(format!("{w}_filled"), json!(filled.len()));
+                if !filled.is_empty() {
+                    rotation_namespaces.insert(*w, filled);
+                }
                 continue;
             }
         };
@@ -217,7 +232,8 @@ spec:
                         .map(|l| l.saturating_duration_since(sent))
                         .unwrap_or_default();
                     eprintln!(
-                        "[peers] controller {w}: rotation round {round} to {ROTATION_NAMESPACES} namespaces in {took:.2?}"
+                        "[peers] controller {w}: rotation round {round} to {} namespaces in {took:.2?}",
+                        rotation_namespaces[w].len()
                     );
                     rotations
                         .entry(w)

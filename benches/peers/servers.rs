@@ -10,6 +10,10 @@ use std::{
 
 use crate::Result;
 
+/// What a process was started with: program, arguments, environment changes (`None`
+/// removes the variable).
+type Spec = (OsString, Vec<OsString>, Vec<(OsString, Option<OsString>)>);
+
 /// A server or controller process.
 pub struct Server {
     /// What the tables call it.
@@ -17,8 +21,8 @@ pub struct Server {
     child: Child,
     /// Its log (stdout and stderr).
     pub log: PathBuf,
-    /// How to start it again: program, arguments, environment.
-    spec: (OsString, Vec<OsString>, Vec<(OsString, Option<OsString>)>),
+    /// How to start it again.
+    spec: Spec,
     /// Whether an exit is followed by a restart, as a kubelet does for a Deployment's Pod.
     restart_always: bool,
     /// Restarts so far.
