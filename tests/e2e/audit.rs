@@ -40,21 +40,7 @@ async fn audit_finds_the_pod_admitted_before_its_manager_and_exits_1() -> Result
     let early = s.create_pod(&ns, &pod("early-", &[], &[], &[])).await?;
     // Creation timestamps have a one-second resolution.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    s.apply_manager(&format!(
-        "
-apiVersion: cheiron.anny.co/v1alpha1
-kind: ImagePullSecretManager
-metadata:
-  name: pods
-  namespace: {ns}
-spec:
-  mode: Pod
-  secrets:
-    - existingSecretRef:
-        name: late-pull
-"
-    ))
-    .await?;
+    s.apply_pod_mode_manager(&ns, "late-pull").await?;
     s.until_new_pod_gets(&ns, &[], &["late-pull"]).await?;
 
     let out = audit(&s, &["-n", &ns, "-o", "json"]).await?;
@@ -126,21 +112,7 @@ async fn audit_pages_through_pods_and_names_the_deployment_behind_a_replica_set(
     })
     .await?;
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    s.apply_manager(&format!(
-        "
-apiVersion: cheiron.anny.co/v1alpha1
-kind: ImagePullSecretManager
-metadata:
-  name: pods
-  namespace: {ns}
-spec:
-  mode: Pod
-  secrets:
-    - existingSecretRef:
-        name: late-pull
-"
-    ))
-    .await?;
+    s.apply_pod_mode_manager(&ns, "late-pull").await?;
     s.until_new_pod_gets(&ns, &[], &["late-pull"]).await?;
 
     // Two objects a request: the six Pods take three pages, and every one is found.
@@ -222,21 +194,7 @@ async fn audit_json_and_table_are_the_goldens() -> Result {
         ("pods", "Pod", "pod-pull"),
         ("accounts", "ServiceAccount", "sa-pull"),
     ] {
-        s.apply_manager(&format!(
-            "
-apiVersion: cheiron.anny.co/v1alpha1
-kind: ImagePullSecretManager
-metadata:
-  name: {name}
-  namespace: {ns}
-spec:
-  mode: {mode}
-  secrets:
-    - existingSecretRef:
-        name: {secret}
-"
-        ))
-        .await?;
+        s.apply_copying_manager(&ns, name, mode, secret).await?;
     }
     s.until_new_pod_gets(&ns, &[], &["pod-pull"]).await?;
 

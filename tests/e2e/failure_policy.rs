@@ -22,21 +22,7 @@ async fn pod_is_created_when_a_webhook_with_failure_policy_ignore_is_unreachable
     let only_here = ("e2e.cheiron.anny.co/unreachable-webhook", s.id());
     let ns = s.create_namespace(&[only_here], &[]).await?;
     // The shared webhook keeps working next to the broken one.
-    s.apply_manager(&format!(
-        "
-apiVersion: cheiron.anny.co/v1alpha1
-kind: ImagePullSecretManager
-metadata:
-  name: pods
-  namespace: {ns}
-spec:
-  mode: Pod
-  secrets:
-    - existingSecretRef:
-        name: pod-pull
-"
-    ))
-    .await?;
+    s.apply_pod_mode_manager(&ns, "pod-pull").await?;
     s.until_new_pod_gets(&ns, &[], &["pod-pull"]).await?;
 
     // A port that was free a moment ago: nothing listens there.

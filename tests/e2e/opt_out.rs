@@ -23,21 +23,7 @@ async fn annotated_objects_are_left_alone(slug: &str, annotation: (&str, &str)) 
         ("accounts", "ServiceAccount", "sa-pull"),
         ("pods", "Pod", "pod-pull"),
     ] {
-        s.apply_manager(&format!(
-            "
-apiVersion: cheiron.anny.co/v1alpha1
-kind: ImagePullSecretManager
-metadata:
-  name: {name}
-  namespace: {ns}
-spec:
-  mode: {mode}
-  secrets:
-    - existingSecretRef:
-        name: {secret}
-"
-        ))
-        .await?;
+        s.apply_copying_manager(&ns, name, mode, secret).await?;
     }
     s.until_new_service_account_gets(&ns, "control", &["sa-pull"])
         .await?;

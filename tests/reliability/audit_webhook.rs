@@ -11,11 +11,7 @@ use serde_json::Value;
 
 use crate::{
     fault_cluster::{FaultCluster, serial},
-    harness::{
-        Admitted, ControlPlaneOptions, Result,
-        controller::{CheironProcess, READY_WITHIN},
-        pod,
-    },
+    harness::{Admitted, ControlPlaneOptions, Result, pod},
 };
 
 /// `cheiron audit -n NS -o json` as `admin` of `cluster`: exit code and findings.
@@ -59,21 +55,7 @@ async fn audit_reports_pods_created_before_the_webhook_was_registered_and_while_
     let s = cluster.scenario();
     let ns = s.create_namespace(&[], &[]).await?;
     s.default_service_account(&ns).await?;
-    s.apply_manager(&format!(
-        "
-apiVersion: cheiron.anny.co/v1alpha1
-kind: ImagePullSecretManager
-metadata:
-  name: pods
-  namespace: {ns}
-spec:
-  mode: Pod
-  secrets:
-    - existingSecretRef:
-        name: pull
-"
-    ))
-    .await?;
+    s.apply_pod_mode_manager(&ns, "pull").await?;
     // Creation timestamps have a one-second resolution: the Pods come after the manager.
     tokio::time::sleep(Duration::from_millis(1100)).await;
 
@@ -94,18 +76,8 @@ spec:
 
     // The webhook registered and answering: new Pods get the Secret.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let webhook =
-        CheironProcess::webhook_on(&cluster.host(), "audit-webhook", &["--shutdown-delay", "0"])?;
-    webhook
-        .wait_for_admin_status("/readyz", 200, READY_WITHIN)
-        .await?;
-    cluster
-        .register_webhook(
-            webhook
-                .listen()
-                .ok_or("the webhook has no listen address")?,
-            FailurePolicy::Ignore,
-        )
+    let webhook = cluster
+        .start_registered_webhook("audit-webhook", FailurePolicy::Ignore)
         .await?;
     s.until_new_pod_gets(&ns, &[], &["pull"]).await?;
 

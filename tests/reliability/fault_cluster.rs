@@ -30,7 +30,8 @@ use tokio::sync::{Mutex, MutexGuard};
 use crate::{
     CHEIRON,
     harness::{
-        Admitted, ControlPlane, ControlPlaneOptions, Result, Scenario, controller::Host,
+        Admitted, ControlPlane, ControlPlaneOptions, Result, Scenario,
+        controller::{CheironProcess, Host, READY_WITHIN},
         install_crds, register, run_dir, wait_for,
     },
 };
@@ -116,6 +117,27 @@ impl FaultCluster {
         registration.ca_bundle = Some(self.certificates.ca_pem.clone().into_bytes());
         registration.failure_policy = failure_policy;
         register(self.client(), &registration.configuration()).await
+    }
+
+    /// Starts a `cheiron webhook` named `name` (no shutdown delay), waits until it is ready and
+    /// registers it with `failure_policy`.
+    pub async fn start_registered_webhook(
+        &self,
+        name: &str,
+        failure_policy: FailurePolicy,
+    ) -> Result<CheironProcess> {
+        let webhook = CheironProcess::webhook_on(&self.host(), name, &["--shutdown-delay", "0"])?;
+        webhook
+            .wait_for_admin_status("/readyz", 200, READY_WITHIN)
+            .await?;
+        self.register_webhook(
+            webhook
+                .listen()
+                .ok_or("the webhook has no listen address")?,
+            failure_policy,
+        )
+        .await?;
+        Ok(webhook)
     }
 
     /// Creates `count` namespaces labelled [`TARGET_LABEL`]`=<scenario id>`, 16 at a time, and

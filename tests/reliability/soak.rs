@@ -329,18 +329,8 @@ async fn after_a_churn_soak_the_cluster_is_what_the_rules_say_and_memory_is_flat
     )]));
     create_secret(&client, &sources_ns, &source).await?;
 
-    let webhook =
-        CheironProcess::webhook_on(&cluster.host(), "webhook", &["--shutdown-delay", "0"])?;
-    webhook
-        .wait_for_admin_status("/readyz", 200, READY_WITHIN)
-        .await?;
-    cluster
-        .register_webhook(
-            webhook
-                .listen()
-                .ok_or("the webhook has no listen address")?,
-            FailurePolicy::Ignore,
-        )
+    let webhook = cluster
+        .start_registered_webhook("webhook", FailurePolicy::Ignore)
         .await?;
     let controller = CheironProcess::controller_on(
         &cluster.host(),

@@ -30,21 +30,7 @@ async fn pod_namespace(cluster: &FaultCluster) -> Result<String> {
     let s = cluster.scenario();
     let ns = s.create_namespace(&[], &[]).await?;
     create_secret(cluster.client(), &ns, &pull_secret(PULL_SECRET, &[], 0)).await?;
-    s.apply_manager(&format!(
-        "
-apiVersion: cheiron.anny.co/v1alpha1
-kind: ImagePullSecretManager
-metadata:
-  name: pods
-  namespace: {ns}
-spec:
-  mode: Pod
-  secrets:
-    - existingSecretRef:
-        name: {PULL_SECRET}
-"
-    ))
-    .await?;
+    s.apply_pod_mode_manager(&ns, PULL_SECRET).await?;
     Ok(ns)
 }
 

@@ -128,6 +128,38 @@ impl Scenario {
         Ok(applied)
     }
 
+    /// Applies the `ImagePullSecretManager` `pods` in `ns`: mode `Pod`, copying the existing
+    /// Secret `secret` of that namespace into every Pod. Many tests need exactly this one.
+    pub async fn apply_pod_mode_manager(&self, ns: &str, secret: &str) -> Result<DynamicObject> {
+        self.apply_copying_manager(ns, "pods", "Pod", secret).await
+    }
+
+    /// Applies the `ImagePullSecretManager` `name` in `ns` of `mode` (`Pod` or
+    /// `ServiceAccount`) with one entry: the existing Secret `secret` of that namespace.
+    pub async fn apply_copying_manager(
+        &self,
+        ns: &str,
+        name: &str,
+        mode: &str,
+        secret: &str,
+    ) -> Result<DynamicObject> {
+        self.apply_manager(&format!(
+            "
+apiVersion: cheiron.anny.co/v1alpha1
+kind: ImagePullSecretManager
+metadata:
+  name: {name}
+  namespace: {ns}
+spec:
+  mode: {mode}
+  secrets:
+    - existingSecretRef:
+        name: {secret}
+"
+        ))
+        .await
+    }
+
     /// Creates a manager of either kind as is (POST); the inner result is the API's answer.
     pub async fn create_manager(
         &self,
