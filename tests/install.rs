@@ -1538,6 +1538,10 @@ mod cluster {
         ("create", LEASES, "leases", NS, "",    "leader election: the first replica"),
         ("get",    LEASES, "leases", NS, LEASE, "leader election"),
         ("patch",  LEASES, "leases", NS, LEASE, "leader election: renew, take over, release"),
+        ("list",   "", "nodes", "", "", "mode Node: the Nodes' labels (metadata)"),
+        ("watch",  "", "nodes", "", "", "mode Node: the Nodes' labels (metadata)"),
+        ("list",   LEASES, "leases", NS, "", "mode Node: the node agents' report Leases"),
+        ("watch",  LEASES, "leases", NS, "", "mode Node: the node agents' report Leases"),
     ];
 
     /// What the controller's identity must not do, though the webhook's may.
@@ -1579,7 +1583,8 @@ mod cluster {
         ("get",    G, IPSM,  "team-a", "m", "managers come from the watch"),
         ("update", G, "clusterimagepullsecretmanagers/status", "", "m", "status is only patched"),
         ("get",    "", "configmaps", "team-a", "c", "nothing else is read"),
-        ("list",   "", "nodes", "", "", "nothing else is read"),
+        ("get",    "", "nodes", "", "n", "Nodes come from the watch"),
+        ("patch",  "", "nodes", "", "n", "Nodes are only read"),
         ("create", "", "events", "team-a", "", "Events only through events.k8s.io"),
         ("delete", EVENTS, "events", "team-a", "e", "Events are never deleted"),
         ("patch",  LEASES, "leases", "kube-system", "kube-controller-manager", "Leases only in its namespace"),
@@ -2623,6 +2628,29 @@ mod node_agent {
         let binding = find(&objects, "RoleBinding", NAME)?;
         assert_eq!(binding["metadata"]["namespace"], "node-credentials");
         assert_eq!(binding["subjects"][0]["name"], NAME);
+
+        // Its report Lease in the release namespace; no write on any manager.
+        let report = find(&objects, "Role", &format!("{NAME}-report"))?;
+        assert_eq!(
+            report["rules"],
+            serde_json::json!([{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "patch"]}])
+        );
+        let cluster = find(&objects, "ClusterRole", NAME)?;
+        let writes: Vec<&Value> = cluster["rules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|r| r["verbs"].as_array().into_iter().flatten())
+            .filter(|v| !matches!(v.as_str(), Some("get" | "list" | "watch")))
+            .collect();
+        assert!(
+            writes.is_empty(),
+            "the agent writes no cluster-wide object: {writes:?}"
+        );
+        assert_eq!(
+            container["env"][1]["valueFrom"]["fieldRef"]["fieldPath"],
+            "metadata.namespace"
+        );
         Ok(())
     }
 }

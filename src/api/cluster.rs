@@ -31,6 +31,12 @@ use super::{ClusterSelection, Injection, ManagerStatus, Mode, PullSecretEntry, r
         description = "synced/target namespaces"
     ),
     printcolumn(
+        name = "Nodes",
+        type_ = "string",
+        json_path = ".status.nodeSummary",
+        description = "mode Node: synced/selected nodes"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"

@@ -44,12 +44,25 @@ pub struct ManagerStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 1000))]
     pub clusters: Vec<super::ClusterStatus>,
-    /// Mode Node: one entry per node that applies this manager, written by that node's
-    /// `cheiron node-agent` (server-side apply, one field manager per node; the controller
-    /// never writes it). Never a credential.
+    /// Mode Node: the nodes its `nodeSelector` selects (written by the controller from the
+    /// node agents' reports; docs/node.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes_selected: Option<i32>,
+    /// Mode Node: the selected nodes whose agent applied the manager's current sources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes_synced: Option<i32>,
+    /// Mode Node: `synced/selected` nodes, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_summary: Option<String>,
+    /// Mode Node: the selected nodes not synced, then the synced nodes with conflicts, at most
+    /// 20 (written by the controller from the node agents' reports). Never a credential.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub nodes: Vec<NodeStatus>,
+    /// Mode Node: the entries beyond the 20 `status.nodes` lists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes_omitted: Option<i32>,
 }
 
 /// How one node applies a mode Node manager.

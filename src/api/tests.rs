@@ -123,7 +123,14 @@ fn crds_carry_names_scopes_printer_columns_status_and_cel_rules() -> TestResult 
         cluster.spec.names.short_names,
         Some(vec!["cipsm".to_owned()])
     );
-    for crd in [&namespaced, &cluster] {
+    for (crd, expected) in [
+        (&namespaced, &["Mode", "Ready", "Namespaces", "Age"][..]),
+        // Only a cluster manager can be in mode Node.
+        (
+            &cluster,
+            &["Mode", "Ready", "Namespaces", "Nodes", "Age"][..],
+        ),
+    ] {
         let version = &crd.spec.versions[0];
         assert_eq!(version.name, VERSION);
         let columns: Vec<_> = version
@@ -132,7 +139,7 @@ fn crds_carry_names_scopes_printer_columns_status_and_cel_rules() -> TestResult 
             .flatten()
             .map(|c| c.name.as_str())
             .collect();
-        assert_eq!(columns, ["Mode", "Ready", "Namespaces", "Age"]);
+        assert_eq!(columns, expected);
         assert!(
             version
                 .subresources

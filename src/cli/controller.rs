@@ -211,6 +211,7 @@ impl ControllerArgs {
             resync: Duration::from_secs(resync),
             instance,
             max_source_watches,
+            node_report_namespace: own_namespace.clone(),
             credentials: credential_providers.settings(own_namespace)?,
             fleet: controller::fleet::FleetOptions {
                 enabled: fleet,

@@ -22,6 +22,10 @@ pub struct NodeAgentArgs {
     /// This node's name (in a DaemonSet: the downward API's `spec.nodeName`).
     #[arg(long, value_name = "NAME", env = "CHEIRON_NODE_NAME")]
     node_name: String,
+    /// cheiron's namespace, where the agent writes its node's report Lease (in a cluster, the
+    /// Pod's namespace from the downward API; default: the client's default namespace).
+    #[arg(long, value_name = "NS", env = "CHEIRON_POD_NAMESPACE")]
+    pod_namespace: Option<String>,
     /// The node-local credentials file to keep (mode 0600, written atomically).
     #[arg(long, value_name = "PATH", env = "CHEIRON_CREDENTIALS_FILE")]
     credentials_file: PathBuf,
@@ -84,6 +88,7 @@ impl NodeAgentArgs {
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let Self {
             node_name,
+            pod_namespace,
             credentials_file,
             kubelet_config_json,
             merge_state_file,
@@ -113,6 +118,7 @@ impl NodeAgentArgs {
             .context("cannot build the Kubernetes client")?;
         let config = AgentConfig {
             node_name,
+            namespace: pod_namespace.unwrap_or_else(|| client.default_namespace().to_owned()),
             credentials_file,
             kubelet_config_json,
             merge_state_file,

@@ -30,6 +30,7 @@ mod kinds;
 mod leader;
 pub mod missing_secrets;
 mod namespaces;
+pub(crate) mod node_status;
 pub mod pace;
 mod plan;
 mod provided;
@@ -104,6 +105,9 @@ pub struct ControllerOptions {
     /// How long after a Pod's creation a pull secret the webhook found missing may still be
     /// missing before a Warning Event goes on the Pod ([`missing_secrets`]).
     pub missing_secret_grace: Duration,
+    /// Where the node agents' report Leases are (cheiron's namespace; `None`: the client's
+    /// default namespace).
+    pub node_report_namespace: Option<String>,
 }
 
 impl Default for ControllerOptions {
@@ -116,6 +120,7 @@ impl Default for ControllerOptions {
             credentials: ProviderSettings::default(),
             fleet: fleet::FleetOptions::default(),
             missing_secret_grace: missing_secrets::DEFAULT_GRACE,
+            node_report_namespace: None,
         }
     }
 }
@@ -155,6 +160,7 @@ pub async fn run(
         credentials,
         fleet,
         missing_secret_grace,
+        node_report_namespace,
     } = options;
     ensure_crds(&client).await?;
     let config = ControllerConfig::default().concurrency(concurrency);
@@ -223,6 +229,12 @@ pub async fn run(
     } else {
         (Arc::new(ctx), None)
     };
+    let node_status = tokio::spawn(node_status::keep(
+        client.clone(),
+        ctx.cluster.clone(),
+        node_report_namespace.unwrap_or_else(|| client.default_namespace().to_owned()),
+    ));
+    let _stop_node_status = AbortOnDrop(node_status.abort_handle());
     let routing = tokio::spawn(triggers::route(client, routing));
     let _stop_routing = AbortOnDrop(routing.abort_handle());
 

@@ -532,10 +532,12 @@ async fn write_status<K: ManagerObject>(
     }
     let api = manager.api(ctx.client.clone());
     let mut patch = json!({"status": next});
-    // `status.nodes` belongs to the node agents (server-side apply, one field manager per
-    // node); a merge patch of the controller's stale copy would undo their writes.
+    // The node fields are written apart (controller/node_status.rs); a merge patch of this
+    // reconcile's copy, older maybe, would undo those writes.
     if let Some(status) = patch.get_mut("status").and_then(|s| s.as_object_mut()) {
-        status.remove("nodes");
+        for field in crate::controller::node_status::FIELDS {
+            status.remove(field);
+        }
     }
     if next.credentials.is_empty() && previous.is_some_and(|p| !p.credentials.is_empty()) {
         // A merge patch keeps what it does not name: clear the list explicitly.

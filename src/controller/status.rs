@@ -272,8 +272,13 @@ pub fn status(findings: &Findings, previous: Option<&ManagerStatus>, now: Time) 
                 ..c.clone()
             })
             .collect(),
-        // The node agents' entries: kept as seen, never patched by the controller.
+        // Mode Node: written apart from the reconcile, from the node agents' reports
+        // (controller/node_status.rs); kept as seen here.
+        nodes_selected: previous.and_then(|p| p.nodes_selected),
+        nodes_synced: previous.and_then(|p| p.nodes_synced),
+        node_summary: previous.and_then(|p| p.node_summary.clone()),
         nodes: previous.map(|p| p.nodes.clone()).unwrap_or_default(),
+        nodes_omitted: previous.and_then(|p| p.nodes_omitted),
     }
 }
 

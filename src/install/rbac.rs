@@ -59,7 +59,11 @@ pub fn webhook_rules() -> Vec<PolicyRule> {
 ///   secret (a label selector; RBAC cannot narrow `list`/`watch` to it), to put a Warning
 ///   Event on those whose Secret is still missing after the grace period;
 /// - Events (`events.k8s.io/v1`): `create`d, and `patch`ed when they repeat, in the namespace
-///   of the manager, ServiceAccount or Pod (`default` for cluster managers).
+///   of the manager, ServiceAccount or Pod (`default` for cluster managers);
+/// - mode Node (docs/node.md): Nodes watched (metadata: their labels) and the node agents'
+///   report Leases watched (by label, in cheiron's namespace; a ClusterRole cannot narrow
+///   `list`/`watch` to one namespace, and a Lease holds no secret), only once a mode Node
+///   manager exists.
 pub fn controller_rules() -> Vec<PolicyRule> {
     vec![
         rule(GROUP, &MANAGERS, &["list", "watch", "patch"]),
@@ -80,6 +84,8 @@ pub fn controller_rules() -> Vec<PolicyRule> {
         rule("", &["namespaces"], &["list", "watch"]),
         rule("", &["pods"], &["list", "watch"]),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
+        rule("", &["nodes"], &["list", "watch"]),
+        rule("coordination.k8s.io", &["leases"], &["list", "watch"]),
     ]
 }
 

@@ -7,7 +7,8 @@
 //!     2. their source Secrets, read one by one by name (nothing else is read)
 //!     3. one credentials file (on two managers for one registry, the older wins)
 //!     4. optionally, the kubelet's config.json merge (config_json::sync)
-//!     5. status.nodes[this node] on each manager, by server-side apply
+//!     5. this node's report Lease (report.rs), by server-side apply, when it changed;
+//!        the controller sums the reports up in each manager's status
 //! ```
 //!
 //! A manager whose sources cannot be read keeps the credentials it gave last (as the
@@ -22,7 +23,13 @@ use std::{
 };
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::{
+    api::{
+        coordination::v1::Lease,
+        core::v1::{Node, Secret},
+    },
+    apimachinery::pkg::apis::meta::v1::MicroTime,
+};
 use kube::{
     Api, Client, ResourceExt,
     api::{Patch, PatchParams},
@@ -38,9 +45,12 @@ use super::{
     config_json,
     credentials::{Login, NodeCredentials},
     install::Install,
+    report::{
+        self, ManagerReport, NodeReport, REPORT_ANNOTATION, REPORT_LABEL, REPORT_LABEL_VALUE,
+    },
 };
 use crate::{
-    api::{ClusterImagePullSecretManager, GROUP, Mode, NodeStatus, VERSION},
+    api::{ClusterImagePullSecretManager, Mode, label},
     controller::{Fetched, Provided, SourceKey, desired_with, source_key},
     message,
 };
@@ -58,6 +68,8 @@ pub const DEFAULT_RESYNC: Duration = Duration::from_secs(60);
 pub struct AgentConfig {
     /// This node's name.
     pub node_name: String,
+    /// cheiron's namespace, where the node's report Lease is.
+    pub namespace: String,
     /// The node-local credentials file.
     pub credentials_file: PathBuf,
     /// The kubelet's config.json to merge into, if any.
@@ -107,27 +119,46 @@ struct Given {
     logins: Vec<Login>,
     /// Why the last read failed (the logins are those of the last good read).
     problem: Option<String>,
+    /// The sources' fingerprint of the last good read (report.rs).
+    sources: Option<String>,
 }
 
 /// The agent's memory between syncs.
 struct Agent {
     client: Client,
     config: AgentConfig,
-    /// By manager uid: the last good credentials.
-    last_good: HashMap<String, Vec<Login>>,
+    /// By manager uid: the last good credentials, and their sources' fingerprint.
+    last_good: HashMap<String, (Vec<Login>, String)>,
+    /// The report last written to the node's Lease.
+    reported: Option<NodeReport>,
 }
 
 impl Agent {
-    async fn fetch(&self, keys: &[SourceKey]) -> Result<HashMap<SourceKey, Fetched>, String> {
+    /// The sources, and each one's `resourceVersion` (for the fingerprint).
+    async fn fetch(
+        &self,
+        keys: &[SourceKey],
+    ) -> Result<(HashMap<SourceKey, Fetched>, Versions), String> {
         let mut out = HashMap::new();
+        let mut versions = Vec::with_capacity(keys.len());
         for (namespace, name) in keys {
             let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
             let fetched = match api.get_opt(name).await {
-                Ok(None) => Fetched::Missing,
-                Ok(Some(secret)) => Fetched::Present {
-                    secret_type: secret.type_,
-                    data: secret.data.unwrap_or_default(),
-                },
+                Ok(None) => {
+                    versions.push((namespace.clone(), name.clone(), None));
+                    Fetched::Missing
+                }
+                Ok(Some(secret)) => {
+                    versions.push((
+                        namespace.clone(),
+                        name.clone(),
+                        secret.metadata.resource_version,
+                    ));
+                    Fetched::Present {
+                        secret_type: secret.type_,
+                        data: secret.data.unwrap_or_default(),
+                    }
+                }
                 Err(e) => {
                     return Err(format!(
                         "reading Secret {namespace}/{name}: {}",
@@ -137,7 +168,7 @@ impl Agent {
             };
             out.insert((namespace.clone(), name.clone()), fetched);
         }
-        Ok(out)
+        Ok((out, versions))
     }
 
     async fn read(&mut self, manager: &ClusterImagePullSecretManager) -> Given {
@@ -152,7 +183,9 @@ impl Agent {
         keys.dedup();
         let fresh = match self.fetch(&keys).await {
             Err(problem) => Err(problem),
-            Ok(fetched) => {
+            Ok((fetched, versions)) => {
+                let fingerprint =
+                    report::sources_fingerprint(manager.metadata.generation, &versions);
                 let desired = desired_with(
                     &manager.spec.secrets,
                     Some("node"),
@@ -163,24 +196,30 @@ impl Agent {
                 let problems: Vec<String> = desired.problems.iter().map(|p| p.message()).collect();
                 match desired.secrets.first().and_then(|s| s.content.as_ref()) {
                     Some(content) if problems.is_empty() => NodeCredentials::parse(content)
-                        .map(|c| c.logins().to_vec())
+                        .map(|c| (c.logins().to_vec(), fingerprint))
                         .map_err(|e| e.to_string()),
                     _ => Err(problems.join("; ")),
                 }
             }
         };
         match fresh {
-            Ok(logins) => {
-                self.last_good.insert(uid, logins.clone());
+            Ok((logins, fingerprint)) => {
+                self.last_good
+                    .insert(uid, (logins.clone(), fingerprint.clone()));
                 Given {
                     logins,
                     problem: None,
+                    sources: Some(fingerprint),
                 }
             }
-            Err(problem) => Given {
-                logins: self.last_good.get(&uid).cloned().unwrap_or_default(),
-                problem: Some(problem),
-            },
+            Err(problem) => {
+                let last = self.last_good.get(&uid).cloned();
+                Given {
+                    logins: last.map(|(l, _)| l).unwrap_or_default(),
+                    problem: Some(problem),
+                    sources: None,
+                }
+            }
         }
     }
 
@@ -212,6 +251,7 @@ impl Agent {
                 Err(e) => node_problem = Some(e.to_string()),
             }
         }
+        let mut managers_reported = Vec::with_capacity(selected.len());
         for (manager, given) in selected.iter().zip(&given) {
             let registries: Vec<String> = given.logins.iter().map(|l| l.key.clone()).collect();
             let mine: Vec<String> = conflicts
@@ -221,9 +261,10 @@ impl Agent {
                 .take(MAX_NODE_CONFLICTS)
                 .collect();
             let problem = node_problem.clone().or_else(|| given.problem.clone());
-            let entry = NodeStatus {
-                name: self.config.node_name.clone(),
-                observed_generation: manager.metadata.generation,
+            managers_reported.push(ManagerReport {
+                uid: manager.uid().unwrap_or_default(),
+                generation: manager.metadata.generation,
+                sources: given.sources.clone(),
                 synced: problem.is_none(),
                 registries: registries.into_iter().take(64).collect(),
                 conflicts: mine,
@@ -231,20 +272,13 @@ impl Agent {
                     message::truncate(&mut m, MAX_NODE_MESSAGE);
                     m
                 }),
-            };
-            self.report(manager, Some(entry)).await;
+            });
         }
-        // Managers this node no longer applies: take its entry out.
-        for manager in managers {
-            let listed = manager
-                .status
-                .as_ref()
-                .is_some_and(|s| s.nodes.iter().any(|n| n.name == self.config.node_name));
-            let applies = selected.iter().any(|s| s.uid() == manager.uid());
-            if listed && !applies {
-                self.report(manager, None).await;
-            }
-        }
+        self.report(NodeReport {
+            node: self.config.node_name.clone(),
+            managers: managers_reported,
+        })
+        .await;
     }
 
     fn write_credentials(&self, credentials: &NodeCredentials) -> Result<(), String> {
@@ -268,44 +302,51 @@ impl Agent {
         Ok(())
     }
 
-    /// Applies this node's entry of `manager`'s `status.nodes` (`None`: removes it), unless it
-    /// is already so.
-    async fn report(&self, manager: &ClusterImagePullSecretManager, entry: Option<NodeStatus>) {
-        let current = manager
-            .status
-            .as_ref()
-            .and_then(|s| s.nodes.iter().find(|n| n.name == self.config.node_name));
-        if current == entry.as_ref() {
+    /// Applies the node's report Lease, unless it already holds `report`.
+    async fn report(&mut self, report: NodeReport) {
+        if self.reported.as_ref() == Some(&report) {
             return;
         }
-        let name = manager.name_any();
-        let api: Api<ClusterImagePullSecretManager> = Api::all(self.client.clone());
-        let patch = json!({
-            "apiVersion": format!("{GROUP}/{VERSION}"),
-            "kind": "ClusterImagePullSecretManager",
-            "metadata": {"name": name},
-            "status": {"nodes": entry.into_iter().collect::<Vec<_>>()},
+        let name = report::lease_name(&self.config.node_name);
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.namespace);
+        let text = match serde_json::to_string(&report) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot encode the node's report");
+                return;
+            }
+        };
+        let lease = json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    REPORT_LABEL: REPORT_LABEL_VALUE,
+                    label::MANAGED_BY: label::MANAGED_BY_VALUE,
+                },
+                "annotations": {REPORT_ANNOTATION: text},
+            },
+            "spec": {
+                "holderIdentity": self.config.node_name,
+                "renewTime": MicroTime(k8s_openapi::jiff::Timestamp::now()),
+            },
         });
-        let params = PatchParams::apply(&field_manager(&self.config.node_name)).force();
-        if let Err(e) = api
-            .patch_status(&name, &params, &Patch::Apply(&patch))
-            .await
-        {
-            tracing::warn!(manager = name, error = %message::api_error(&e), "cannot write the node's status entry");
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        match api.patch(&name, &params, &Patch::Apply(&lease)).await {
+            Ok(_) => self.reported = Some(report),
+            Err(e) => {
+                tracing::warn!(lease = name, error = %message::api_error(&e), "cannot write the node's report");
+            }
         }
     }
 }
 
-/// The field manager of one node's status entries (at most 128 characters).
-pub fn field_manager(node: &str) -> String {
-    const PREFIX: &str = "cheiron-node-agent/";
-    let full = format!("{PREFIX}{node}");
-    if full.len() <= 128 {
-        return full;
-    }
-    let digest = config_json::sha256_hex(node.as_bytes());
-    format!("{PREFIX}{}", &digest[..32])
-}
+/// The field manager of the agents' report Leases.
+pub const FIELD_MANAGER: &str = "cheiron-node-agent";
+
+/// `(namespace, name, resourceVersion)` of each source read.
+type Versions = Vec<(String, String, Option<String>)>;
 
 /// Runs the agent until `shutdown`. The files stay as they are on exit: the kubelet keeps
 /// pulling while the agent restarts.
@@ -368,6 +409,7 @@ pub async fn run(
         client,
         config,
         last_good: HashMap::new(),
+        reported: None,
     };
     loop {
         match nodes.state().into_iter().next() {
@@ -449,14 +491,5 @@ mod tests {
             .map(|m| m.name_any())
             .collect();
         assert_eq!(chosen, ["every-node"]);
-    }
-
-    #[test]
-    fn field_managers_fit_the_apiserver_limit_and_stay_distinct() {
-        assert_eq!(field_manager("node-a"), "cheiron-node-agent/node-a");
-        let long_a = "a".repeat(253);
-        let long_b = format!("{}b", "a".repeat(252));
-        assert!(field_manager(&long_a).len() <= 128);
-        assert_ne!(field_manager(&long_a), field_manager(&long_b));
     }
 }

@@ -14,6 +14,7 @@
 //! - [`provider`]: the kubelet's credential-provider protocol, answered from the file.
 //! - [`install`]: the plugin and its `CredentialProviderConfig`, put where the kubelet looks.
 //! - [`agent`]: `cheiron node-agent`, keeping one node's files in step with the managers.
+//! - [`report`]: each agent's report Lease, and the controller's sum of them in the status.
 
 pub mod agent;
 pub mod atomic;
@@ -21,3 +22,4 @@ pub mod config_json;
 pub mod credentials;
 pub mod install;
 pub mod provider;
+pub mod report;

@@ -11,7 +11,7 @@ use std::{
     process::{Command, Stdio},
 };
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Node};
 use kube::{
     Api,
     api::{DeleteParams, ObjectMeta, PostParams},
@@ -136,7 +136,7 @@ fn pull_secret(user: &str) -> k8s_openapi::api::core::v1::Secret {
     )
 }
 
-fn expected(user: &str) -> Value {
+fn expected_logins(user: &str) -> Value {
     json!({
         "registry.example.com": [user, format!("{user}-password")],
         "docker.io": [user, format!("{user}-hub")],
@@ -191,7 +191,9 @@ async fn node_agents_follow_selection_rotation_deselection_and_deletion() -> Res
         || async {
             let merged = std::fs::read_to_string(gpu.config_json())?;
             match gpu.logins()? {
-                Some(l) if l == expected("first") && merged.contains("registry.example.com") => {
+                Some(l)
+                    if l == expected_logins("first") && merged.contains("registry.example.com") =>
+                {
                     Ok(())
                 }
                 other => Err(format!("{other:?}").into()),
@@ -220,9 +222,14 @@ async fn node_agents_follow_selection_rotation_deselection_and_deletion() -> Res
         "{merged}"
     );
     assert!(auths.get("docker.io").is_none(), "{merged}");
+    // Synced, listed for its conflict: the only node listed while every node is synced.
     let status = s
         .until_status(&manager, "the gpu node's entry", |st| {
-            st.nodes.len() == 1 && st.nodes[0].name == gpu.name && st.nodes[0].synced
+            st.nodes_selected == Some(1)
+                && st.nodes_synced == Some(1)
+                && st.nodes.len() == 1
+                && st.nodes[0].name == gpu.name
+                && st.nodes[0].synced
         })
         .await?;
     let entry = &status.nodes[0];
@@ -263,7 +270,7 @@ async fn node_agents_follow_selection_rotation_deselection_and_deletion() -> Res
         let merged: Value = serde_json::from_str(&std::fs::read_to_string(gpu.config_json())?)?;
         let user = &merged["auths"]["registry.example.com"]["username"];
         match gpu.logins()? {
-            Some(l) if l == expected("second") && user == "second" => Ok(()),
+            Some(l) if l == expected_logins("second") && user == "second" => Ok(()),
             other => Err(format!("{other:?}, config.json user {user}").into()),
         }
     })
@@ -276,7 +283,7 @@ async fn node_agents_follow_selection_rotation_deselection_and_deletion() -> Res
     s.eventually("the credentials move to the cpu node", || async {
         let restored = std::fs::read_to_string(gpu.config_json())? == FOREIGN_CONFIG_JSON;
         match (gpu.logins()?, cpu.logins()?) {
-            (None, Some(l)) if l == expected("second") && restored => Ok(()),
+            (None, Some(l)) if l == expected_logins("second") && restored => Ok(()),
             other => Err(format!("{other:?}, config.json restored: {restored}").into()),
         }
     })
@@ -286,8 +293,8 @@ async fn node_agents_follow_selection_rotation_deselection_and_deletion() -> Res
         FOREIGN_CONFIG_JSON,
         "the kubelet's config.json is given back byte for byte"
     );
-    s.until_status(&manager, "only the cpu node's entry", |st| {
-        st.nodes.len() == 1 && st.nodes[0].name == cpu.name && st.nodes[0].synced
+    s.until_status(&manager, "the cpu node counted, nothing listed", |st| {
+        st.nodes_selected == Some(1) && st.nodes_synced == Some(1) && st.nodes.is_empty()
     })
     .await?;
 
@@ -314,9 +321,100 @@ async fn node_agents_follow_selection_rotation_deselection_and_deletion() -> Res
         "no state or temporary file is left"
     );
 
-    let nodes = Api::<Node>::all(s.client().clone());
-    for node in [&gpu, &cpu] {
-        nodes.delete(&node.name, &DeleteParams::default()).await?;
+    delete_nodes(&s, &[&gpu, &cpu]).await
+}
+
+/// Deletes the fake Nodes and their agents' report Leases.
+async fn delete_nodes(s: &ControllerScenario, nodes: &[&FakeNode]) -> Result {
+    let api = Api::<Node>::all(s.client().clone());
+    let leases = Api::<Lease>::default_namespaced(s.client().clone());
+    for node in nodes {
+        api.delete(&node.name, &DeleteParams::default()).await?;
+        let lease = format!("cheiron-node-{}", node.name);
+        if leases.get_opt(&lease).await?.is_some() {
+            leases.delete(&lease, &DeleteParams::default()).await?;
+        }
     }
     Ok(())
+}
+
+/// The node counts and the bounded list of nodes, as the controller sums up the agents'
+/// report Leases: three Nodes selected, two with an agent.
+#[tokio::test]
+async fn status_counts_selected_and_synced_nodes_and_lists_the_failing() -> Result {
+    let s = ControllerScenario::new("node-status").await?;
+    let sources = s.create_namespace(&[], &[]).await?;
+    s.create_secret(&sources, &pull_secret("first")).await?;
+    let pool = s.unique_name("pool");
+    let a = create_node(&s, &s.unique_name("a"), &pool).await?;
+    let b = create_node(&s, &s.unique_name("b"), &pool).await?;
+    let without_agent = create_node(&s, &s.unique_name("c"), &pool).await?;
+    let _a_agent = agent(&a, false)?;
+    let _b_agent = agent(&b, true)?;
+    let manager = s
+        .apply(&manager_yaml(
+            &s.unique_name("nodes"),
+            s.id(),
+            &pool,
+            &sources,
+        ))
+        .await?;
+
+    let status = s
+        .until_status(&manager, "3 selected, 2 synced", |st| {
+            st.nodes_selected == Some(3) && st.nodes_synced == Some(2)
+        })
+        .await?;
+    assert_eq!(status.node_summary.as_deref(), Some("2/3"));
+    assert_eq!(status.nodes.len(), 1, "{:?}", status.nodes);
+    assert_eq!(status.nodes[0].name, without_agent.name);
+    assert!(!status.nodes[0].synced);
+    assert_eq!(
+        status.nodes[0].message.as_deref(),
+        Some("no report from a cheiron node-agent on this node")
+    );
+    assert_eq!(status.nodes_omitted, None);
+
+    // Node b's config.json turns unreadable: b fails, and is listed with why.
+    std::fs::write(b.config_json(), "not json")?;
+    let status = s
+        .until_status(&manager, "b failing", |st| {
+            st.nodes_synced == Some(1) && st.nodes.iter().any(|n| n.name == b.name)
+        })
+        .await?;
+    let listed: Vec<&str> = status.nodes.iter().map(|n| n.name.as_str()).collect();
+    let mut expected = vec![b.name.as_str(), without_agent.name.as_str()];
+    expected.sort_unstable();
+    assert_eq!(listed, expected);
+    let entry = status.nodes.iter().find(|n| n.name == b.name).ok_or("b")?;
+    assert!(!entry.synced);
+    let message = entry.message.as_deref().unwrap_or_default();
+    assert!(message.contains("config.json"), "{message}");
+    assert!(!message.contains("first-password"), "{message}");
+
+    // Repaired: back to two of three.
+    std::fs::remove_file(b.config_json())?;
+    s.until_status(&manager, "b synced again", |st| {
+        st.nodes_synced == Some(2) && st.nodes.len() == 1
+    })
+    .await?;
+
+    // Rotated: both nodes apply it and count as synced again.
+    s.replace_secret_data(&sources, "node-pull", &pull_secret("second"))
+        .await?;
+    s.eventually("the rotation on a and b", || async {
+        match (a.logins()?, b.logins()?) {
+            (Some(x), Some(y)) if x == expected_logins("second") && y == x => Ok(()),
+            other => Err(format!("{other:?}").into()),
+        }
+    })
+    .await?;
+    s.until_status(&manager, "a and b synced after the rotation", |st| {
+        st.nodes_synced == Some(2) && st.nodes.len() == 1
+    })
+    .await?;
+
+    let object = s.manager(&manager).await?.ok_or("manager gone early")?;
+    s.delete_manager(&object).await?;
+    delete_nodes(&s, &[&a, &b, &without_agent]).await
 }

@@ -19,6 +19,8 @@ use crate::{
 };
 
 const PRINTER_COLUMNS: [&str; 4] = ["Mode", "Ready", "Namespaces", "Age"];
+/// The cluster kind's: also mode Node's `synced/selected` nodes.
+const CLUSTER_PRINTER_COLUMNS: [&str; 5] = ["Mode", "Ready", "Namespaces", "Nodes", "Age"];
 
 fn repository_file(path: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -118,9 +120,15 @@ async fn original_cheiron_example_is_accepted_unchanged_and_listed_with_printer_
 async fn both_crds_declare_the_mode_ready_namespaces_and_age_printer_columns() -> Result {
     let s = Scenario::new(CHEIRON, "columns").await?;
     let crds: Api<CustomResourceDefinition> = Api::all(s.client().clone());
-    for name in [
-        "imagepullsecretmanagers.cheiron.anny.co",
-        "clusterimagepullsecretmanagers.cheiron.anny.co",
+    for (name, expected) in [
+        (
+            "imagepullsecretmanagers.cheiron.anny.co",
+            &PRINTER_COLUMNS[..],
+        ),
+        (
+            "clusterimagepullsecretmanagers.cheiron.anny.co",
+            &CLUSTER_PRINTER_COLUMNS[..],
+        ),
     ] {
         let crd = crds.get(name).await?;
         assert!(!crd.spec.versions.is_empty(), "{name} has no versions");
@@ -131,7 +139,7 @@ async fn both_crds_declare_the_mode_ready_namespaces_and_age_printer_columns() -
                 .flatten()
                 .map(|c| c.name.as_str())
                 .collect();
-            assert_eq!(columns, PRINTER_COLUMNS, "{name} {}", version.name);
+            assert_eq!(columns, expected, "{name} {}", version.name);
         }
     }
     Ok(())
