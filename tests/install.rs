@@ -2546,6 +2546,27 @@ mod node_agent {
     const NAME: &str = "cheiron-node-agent";
 
     #[test]
+    fn secret_names_narrow_the_agents_secret_role_to_those_names() -> Result {
+        let objects = render(&[
+            "node.enabled=true",
+            "node.secretNamespaces={node-credentials}",
+            "node.secretNames={registry-pull,quay-token}",
+        ])?;
+        let role = find(&objects, "Role", NAME)?;
+        assert_eq!(role["metadata"]["namespace"], "node-credentials");
+        assert_eq!(
+            role["rules"],
+            serde_json::json!([{
+                "apiGroups": [""],
+                "resources": ["secrets"],
+                "verbs": ["get", "list", "watch"],
+                "resourceNames": ["registry-pull", "quay-token"],
+            }])
+        );
+        Ok(())
+    }
+
+    #[test]
     fn the_node_agent_is_off_by_default() -> Result {
         let objects = render(&[])?;
         let named: Vec<String> = objects
@@ -2623,7 +2644,17 @@ mod node_agent {
             .collect();
         assert_eq!(
             secret_rules,
-            [("node-credentials", &serde_json::json!(["get"]))]
+            [(
+                "node-credentials",
+                &serde_json::json!(["get", "list", "watch"])
+            )]
+        );
+        assert!(
+            objects
+                .iter()
+                .filter(|o| o["kind"] == "Role" && o["metadata"]["name"] == NAME)
+                .all(|o| o["rules"][0].get("resourceNames").is_none()),
+            "without node.secretNames, any Secret of the namespace"
         );
         let binding = find(&objects, "RoleBinding", NAME)?;
         assert_eq!(binding["metadata"]["namespace"], "node-credentials");

@@ -131,6 +131,8 @@ struct Agent {
     last_good: HashMap<String, (Vec<Login>, String)>,
     /// The report last written to the node's Lease.
     reported: Option<NodeReport>,
+    /// A watch on each source Secret the selected managers name.
+    sources: SourceWatches,
 }
 
 impl Agent {
@@ -227,6 +229,13 @@ impl Agent {
     async fn sync(&mut self, managers: &[Arc<ClusterImagePullSecretManager>], node: &Node) {
         let labels = node.labels().clone();
         let selected = selecting(managers, &labels);
+        self.sources.watch(selected.iter().flat_map(|m| {
+            m.spec
+                .secrets
+                .iter()
+                .filter_map(|e| source_key(e, None))
+                .collect::<Vec<_>>()
+        }));
         let mut given = Vec::with_capacity(selected.len());
         for manager in &selected {
             given.push(self.read(manager).await);
@@ -345,6 +354,118 @@ impl Agent {
 /// The field manager of the agents' report Leases.
 pub const FIELD_MANAGER: &str = "cheiron-node-agent";
 
+/// Spawns a task that notifies `changed` for each event of `stream` that `relevant` calls a
+/// change (and logs the watch's errors).
+fn forward(
+    stream: futures::stream::BoxStream<'static, Result<(), watcher::Error>>,
+    what: &'static str,
+    changed: Arc<Notify>,
+    mut relevant: impl FnMut() -> bool + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(stream.for_each(move |event| {
+        if let Err(e) = event {
+            tracing::warn!(watch = what, error = %e, "watch failed; retrying");
+        }
+        if relevant() {
+            changed.notify_one();
+        }
+        std::future::ready(())
+    }))
+}
+
+/// True when `signature` differs from what it was at the last call (and at the first).
+fn changes_of<T: PartialEq + Send + 'static>(
+    mut signature: impl FnMut() -> T + Send + 'static,
+) -> impl FnMut() -> bool + Send + 'static {
+    let mut last: Option<T> = None;
+    move || {
+        let now = signature();
+        let changed = last.as_ref() != Some(&now);
+        last = Some(now);
+        changed
+    }
+}
+
+/// See [`selection_signature`]: the node's labels, and `(uid, generation)` per manager.
+type Selection = (BTreeMap<String, String>, Vec<(String, Option<i64>)>);
+
+/// What a sync depends on, besides the sources: the node's labels and, for each manager
+/// selecting the node, its uid and generation (its spec; the apiserver also bumps it when a
+/// deletion starts, which deselects it).
+fn selection_signature(
+    managers: &[Arc<ClusterImagePullSecretManager>],
+    labels: Option<&BTreeMap<String, String>>,
+) -> Option<Selection> {
+    let labels = labels?;
+    let selected = selecting(managers, labels)
+        .iter()
+        .map(|m| (m.uid().unwrap_or_default(), m.metadata.generation))
+        .collect();
+    Some((labels.clone(), selected))
+}
+
+/// One watch per source Secret the selected managers name, each by a `metadata.name` field
+/// selector (what RBAC `resourceNames` can grant), waking the agent when the Secret changes:
+/// a rotation reaches the node within seconds, `--resync` is the safety net.
+struct SourceWatches {
+    client: Client,
+    changed: Arc<Notify>,
+    running: HashMap<SourceKey, tokio::task::JoinHandle<()>>,
+}
+
+impl SourceWatches {
+    fn new(client: Client, changed: Arc<Notify>) -> Self {
+        Self {
+            client,
+            changed,
+            running: HashMap::new(),
+        }
+    }
+
+    /// Watches exactly `keys`: starts the missing watches, stops the others.
+    fn watch(&mut self, keys: impl IntoIterator<Item = SourceKey>) {
+        let wanted: std::collections::HashSet<SourceKey> = keys.into_iter().collect();
+        self.running.retain(|key, task| {
+            let keep = wanted.contains(key);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for key in wanted {
+            if self.running.contains_key(&key) {
+                continue;
+            }
+            let (namespace, name) = &key;
+            let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+            let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+            let changed = self.changed.clone();
+            let task = tokio::spawn(watcher(api, config).default_backoff().for_each(
+                move |event| {
+                    match event {
+                        // The first list: nothing new but what changed since the last read.
+                        Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+                        Ok(_) => changed.notify_one(),
+                        Err(e) => {
+                            tracing::warn!(watch = "source Secret", error = %e, "watch failed; retrying");
+                        }
+                    }
+                    std::future::ready(())
+                },
+            ));
+            self.running.insert(key, task);
+        }
+    }
+}
+
+impl Drop for SourceWatches {
+    fn drop(&mut self) {
+        self.running
+            .values()
+            .for_each(tokio::task::JoinHandle::abort);
+    }
+}
+
 /// `(namespace, name, resourceVersion)` of each source read.
 type Versions = Vec<(String, String, Option<String>)>;
 
@@ -379,20 +500,27 @@ pub async fn run(
         .default_backoff(),
     )
     .touched_objects();
-    let forward = |stream: futures::stream::BoxStream<'static, Result<(), watcher::Error>>,
-                   what: &'static str| {
-        let changed = changed.clone();
-        tokio::spawn(stream.for_each(move |event| {
-            if let Err(e) = event {
-                tracing::warn!(watch = what, error = %e, "watch failed; retrying");
-            }
-            changed.notify_one();
-            std::future::ready(())
-        }))
+    // Only what a sync depends on wakes it: the node's labels and the managers selecting it
+    // (each one's spec, by its generation; a deletion starting; a manager coming or going).
+    // Never a status write (the controller's node summary changes a manager's status as nodes
+    // report, and would wake every agent), nor a manager selecting other nodes.
+    let signature = {
+        let (managers, nodes) = (managers.clone(), nodes.clone());
+        move || selection_signature(&managers.state(), nodes.state().first().map(|n| n.labels()))
     };
     let tasks = [
-        forward(watch_managers.map(|r| r.map(|_| ())).boxed(), "managers"),
-        forward(watch_node.map(|r| r.map(|_| ())).boxed(), "node"),
+        forward(
+            watch_managers.map(|r| r.map(|_| ())).boxed(),
+            "managers",
+            changed.clone(),
+            changes_of(signature.clone()),
+        ),
+        forward(
+            watch_node.map(|r| r.map(|_| ())).boxed(),
+            "node",
+            changed.clone(),
+            changes_of(signature),
+        ),
     ];
     tokio::select! {
         () = shutdown.cancelled() => {
@@ -406,6 +534,7 @@ pub async fn run(
     tracing::info!(node = config.node_name, "node agent started");
     let resync = config.resync;
     let mut agent = Agent {
+        sources: SourceWatches::new(client.clone(), changed.clone()),
         client,
         config,
         last_good: HashMap::new(),
@@ -491,5 +620,49 @@ mod tests {
             .map(|m| m.name_any())
             .collect();
         assert_eq!(chosen, ["every-node"]);
+    }
+
+    #[test]
+    fn only_a_change_to_the_node_or_its_selecting_managers_wakes_the_agent() {
+        let gpu = labels(&[("pool", "gpu")]);
+        let mut mine = (*manager("mine", 1, pool("gpu"))).clone();
+        mine.metadata.uid = Some("uid-mine".to_owned());
+        mine.metadata.generation = Some(1);
+        let mut other = (*manager("other", 2, pool("cpu"))).clone();
+        other.metadata.uid = Some("uid-other".to_owned());
+        let before = selection_signature(
+            &[Arc::new(mine.clone()), Arc::new(other.clone())],
+            Some(&gpu),
+        );
+        // A status write, and any change to a manager selecting other nodes: the same.
+        let mut written = mine.clone();
+        written.status = Some(crate::api::ManagerStatus {
+            nodes_synced: Some(1),
+            ..Default::default()
+        });
+        let mut other_changed = other.clone();
+        other_changed.metadata.generation = Some(7);
+        assert_eq!(
+            before,
+            selection_signature(&[Arc::new(written), Arc::new(other_changed)], Some(&gpu))
+        );
+        // Its spec, a deletion starting, the node's labels: a change.
+        let mut edited = mine.clone();
+        edited.metadata.generation = Some(2);
+        assert_ne!(
+            before,
+            selection_signature(&[Arc::new(edited), Arc::new(other.clone())], Some(&gpu))
+        );
+        let mut deleting = mine.clone();
+        deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        assert_ne!(
+            before,
+            selection_signature(&[Arc::new(deleting), Arc::new(other.clone())], Some(&gpu))
+        );
+        let relabelled = labels(&[("pool", "gpu"), ("zone", "a")]);
+        assert_ne!(
+            before,
+            selection_signature(&[Arc::new(mine), Arc::new(other)], Some(&relabelled))
+        );
     }
 }

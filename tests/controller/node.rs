@@ -89,6 +89,10 @@ async fn create_node(s: &ControllerScenario, name: &str, pool: &str) -> Result<F
 }
 
 fn agent(node: &FakeNode, merge: bool) -> Result<CheironProcess> {
+    agent_with_resync(node, merge, "1s")
+}
+
+fn agent_with_resync(node: &FakeNode, merge: bool, resync: &str) -> Result<CheironProcess> {
     let credentials = node.credentials().display().to_string();
     let config = node.config_json().display().to_string();
     let mut args = vec![
@@ -97,7 +101,7 @@ fn agent(node: &FakeNode, merge: bool) -> Result<CheironProcess> {
         "--credentials-file",
         &credentials,
         "--resync",
-        "1s",
+        resync,
     ];
     if merge {
         args.extend(["--kubelet-config-json", &config]);
@@ -417,4 +421,61 @@ async fn status_counts_selected_and_synced_nodes_and_lists_the_failing() -> Resu
     let object = s.manager(&manager).await?.ok_or("manager gone early")?;
     s.delete_manager(&object).await?;
     delete_nodes(&s, &[&a, &b, &without_agent]).await
+}
+
+/// The agent watches each source Secret: a rotation reaches the node's file within the
+/// test's wait, while the agent's `--resync` is an hour (and a status write, such as the
+/// controller's node summary changing, does not wake it).
+#[tokio::test]
+async fn a_rotated_source_reaches_the_node_through_the_watch_long_before_the_resync() -> Result {
+    let s = ControllerScenario::new("node-watch").await?;
+    let sources = s.create_namespace(&[], &[]).await?;
+    s.create_secret(&sources, &pull_secret("first")).await?;
+    let pool = s.unique_name("pool");
+    let node = create_node(&s, &s.unique_name("w"), &pool).await?;
+    let _agent = agent_with_resync(&node, false, "1h")?;
+    let manager = s
+        .apply(&manager_yaml(
+            &s.unique_name("nodes"),
+            s.id(),
+            &pool,
+            &sources,
+        ))
+        .await?;
+    s.eventually("the first credentials on the node", || async {
+        match node.logins()? {
+            Some(l) if l == expected_logins("first") => Ok(()),
+            other => Err(format!("{other:?}").into()),
+        }
+    })
+    .await?;
+    s.until_status(&manager, "the node synced", |st| st.nodes_synced == Some(1))
+        .await?;
+
+    for user in ["second", "third"] {
+        s.replace_secret_data(&sources, "node-pull", &pull_secret(user))
+            .await?;
+        s.eventually(format!("the {user} credentials on the node"), || async {
+            match node.logins()? {
+                Some(l) if l == expected_logins(user) => Ok(()),
+                other => Err(format!("{other:?}").into()),
+            }
+        })
+        .await?;
+    }
+    s.until_status(&manager, "the node synced after the rotations", |st| {
+        st.nodes_synced == Some(1)
+    })
+    .await?;
+
+    let object = s.manager(&manager).await?.ok_or("manager gone early")?;
+    s.delete_manager(&object).await?;
+    s.eventually("no credentials on the node", || async {
+        match node.logins()? {
+            None => Ok(()),
+            other => Err(format!("{other:?}").into()),
+        }
+    })
+    .await?;
+    delete_nodes(&s, &[&node]).await
 }
