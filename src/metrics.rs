@@ -295,6 +295,9 @@ pub struct FleetMetrics {
     pub connected: Family<ClusterLabels, Gauge>,
     /// Syncs of one manager into one workload cluster, by outcome.
     pub syncs: Family<ClusterSyncLabels, Counter>,
+    /// Workload clusters with a client and watches open: those a manager selects or still has
+    /// copies in to clean up.
+    pub connections: Gauge,
 }
 
 impl FleetMetrics {
@@ -543,6 +546,11 @@ impl Metrics {
             "fleet_syncs",
             "Syncs of a manager into a workload cluster, by cluster and outcome",
             fleet.syncs.clone(),
+        );
+        registry.register(
+            "fleet_connections",
+            "Workload clusters with a client and watches open (selected by a manager, or with copies to clean up)",
+            fleet.connections.clone(),
         );
 
         Self {

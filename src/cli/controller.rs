@@ -106,6 +106,18 @@ pub struct ControllerArgs {
     /// namespace).
     #[arg(long, value_name = "NAMESPACE", requires = "fleet")]
     pub fleet_namespace: Vec<String>,
+    /// With --fleet: how long after a ClusterImagePullSecretManager's deletion its cleanup in
+    /// a workload cluster that does not answer (or refuses) is retried; then its finalizer is
+    /// released with a Warning Event naming the clusters where copies were left.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = controller::fleet::DEFAULT_CLEANUP_TIMEOUT.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..=604_800),
+        requires = "fleet",
+        env = "CHEIRON_FLEET_CLEANUP_TIMEOUT"
+    )]
+    pub fleet_cleanup_timeout: u64,
 }
 
 /// Credential-provider flags: the kubelet's exec plugins, run by the controller
@@ -199,6 +211,7 @@ impl ControllerArgs {
             credential_providers,
             fleet,
             fleet_namespace,
+            fleet_cleanup_timeout,
         } = self;
         let instance = pod_name
             .or_else(|| std::env::var("HOSTNAME").ok())
@@ -216,6 +229,7 @@ impl ControllerArgs {
             fleet: controller::fleet::FleetOptions {
                 enabled: fleet,
                 namespaces: fleet_namespace,
+                cleanup_timeout: Duration::from_secs(fleet_cleanup_timeout),
             },
             missing_secret_grace: Duration::from_secs(missing_secret_grace),
             ..ControllerOptions::default()

@@ -78,9 +78,9 @@ enum Command {
     /// Serve the HTTPS mutating admission webhook.
     Webhook(WebhookArgs),
     /// Materialise pull Secrets, backfill ServiceAccounts and report status (leader-elected).
-    Controller(ControllerCommand),
+    Controller(Box<ControllerCommand>),
     /// Webhook and controller in one process; the controller part is leader-elected.
-    Run(RunCommand),
+    Run(Box<RunCommand>),
     /// Offline: show what the webhook would do to Pods and ServiceAccounts in a manifest.
     Mutate(MutateArgs),
     /// Why a Pod or ServiceAccount has (or lacks) each pull secret, manager by manager.
@@ -131,8 +131,8 @@ impl Cli {
         log.init()?;
         match command {
             Command::Webhook(args) => args.run(shutdown_on_signal()?).await,
-            Command::Controller(args) => args.run(shutdown_on_signal()?).await,
-            Command::Run(args) => args.run(shutdown_on_signal()?).await,
+            Command::Controller(args) => (*args).run(shutdown_on_signal()?).await,
+            Command::Run(args) => (*args).run(shutdown_on_signal()?).await,
             Command::Mutate(args) => args.run(&mut std::io::stdout().lock()),
             Command::Explain(args) => args.run(&mut std::io::stdout()).await,
             Command::Audit(args) => {

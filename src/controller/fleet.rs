@@ -19,7 +19,10 @@ use std::{
 };
 
 use futures::{StreamExt, future};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::{
+    api::core::v1::Secret,
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
 use kube::{
     Api, Client, ResourceExt,
     api::{ApiResource, DynamicObject},
@@ -36,6 +39,7 @@ use kube::{
 use tokio::task::AbortHandle;
 
 use super::{
+    AbortOnDrop,
     context::{Caches, Context},
     events,
     kinds::ManagerRef,
@@ -59,14 +63,71 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// cluster is reported and retried, never waited on by the others.
 pub const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Settings of the fleet (`--fleet`, `--fleet-namespace`).
-#[derive(Clone, Debug, Default)]
+/// How long after a manager's deletion its cleanup in an unreachable (or refusing) workload
+/// cluster is retried before the finalizer is released anyway (`--fleet-cleanup-timeout`).
+pub const DEFAULT_CLEANUP_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The CustomResourceDefinition of Cluster API's `Cluster`: its Cluster watch starts when it
+/// appears, also after the controller started.
+pub const CAPI_CLUSTERS_CRD: &str = "clusters.cluster.x-k8s.io";
+
+/// Settings of the fleet (`--fleet`, `--fleet-namespace`, `--fleet-cleanup-timeout`).
+#[derive(Clone, Debug)]
 pub struct FleetOptions {
     /// Whether to act in workload clusters at all (reading kubeconfig Secrets needs RBAC the
     /// chart grants only with `fleet.enabled`).
     pub enabled: bool,
     /// The namespaces whose kubeconfig Secrets are read; empty: every namespace.
     pub namespaces: Vec<String>,
+    /// How long a deleted manager waits for its cleanup in workload clusters.
+    pub cleanup_timeout: Duration,
+}
+
+impl Default for FleetOptions {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            namespaces: Vec::new(),
+            cleanup_timeout: DEFAULT_CLEANUP_TIMEOUT,
+        }
+    }
+}
+
+/// How a manager last stood in a workload cluster, for the Events about it: one per change,
+/// never one per retry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Health {
+    /// Everything there is in step.
+    Synced,
+    /// The cluster is being connected to (its watches list): not a change worth an Event.
+    Connecting,
+    /// It does not answer, or its kubeconfig does not work.
+    Unreachable,
+    /// It answers, but refused or failed a write.
+    WriteFailed,
+}
+
+impl Health {
+    /// The Event's type and reason for a manager entering this state.
+    pub(super) fn reason(self) -> Option<(bool, &'static str)> {
+        match self {
+            Self::Synced => Some((false, "WorkloadClusterSynced")),
+            Self::Connecting => None,
+            Self::Unreachable => Some((true, "WorkloadClusterUnreachable")),
+            Self::WriteFailed => Some((true, "WorkloadClusterWriteFailed")),
+        }
+    }
+}
+
+/// Whether going from `previous` to `now` is worth an Event: a change into trouble, a change
+/// of trouble, and the recovery from it; not the first sync, nor a repeat, nor connecting.
+fn is_transition(previous: Option<Health>, now: Health) -> bool {
+    match (previous, now) {
+        (_, Health::Connecting) => false,
+        (None, Health::Synced) => false,
+        (Some(p), n) => p != n,
+        (None, _) => true,
+    }
 }
 
 /// A workload cluster as the management cluster describes it.
@@ -93,6 +154,43 @@ struct State {
     members: BTreeMap<String, Member>,
     /// By `<namespace>/<name>`.
     capi: BTreeMap<String, CapiCluster>,
+    /// By manager uid: the workload clusters where its last sync left (or may have left)
+    /// copies: those it selects and those whose cleanup is pending. Unknown for a manager not
+    /// synced since the start: its `status.clusters` stands in.
+    holds: HashMap<String, BTreeSet<String>>,
+    /// By manager uid and cluster: how it last stood there.
+    health: HashMap<(String, String), Health>,
+}
+
+/// The workload clusters worth a connection: those a manager that is not being deleted
+/// selects, and those where a manager may still have copies to clean up (what it holds, or
+/// while that is unknown, its `status.clusters`). A cluster whose Cluster API `Cluster` is
+/// being deleted is never worth one: it is released, not cleaned.
+fn wanted(state: &State, managers: &[Arc<ClusterImagePullSecretManager>]) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (name, member) in &state.members {
+        let capi = state.capi.get(name);
+        if capi.is_some_and(|c| c.deleting) {
+            continue;
+        }
+        let labels = capi.map_or(&member.secret_labels, |c| &c.labels);
+        let needed = managers.iter().any(|m| {
+            let selects = m.metadata.deletion_timestamp.is_none()
+                && cluster_selector(m).is_some_and(|s| s.matches(labels));
+            let holds = match state.holds.get(&m.uid().unwrap_or_default()) {
+                Some(held) => held.contains(name),
+                None => m
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.clusters.iter().any(|c| c.name == *name)),
+            };
+            selects || holds
+        });
+        if needed {
+            out.insert(name.clone());
+        }
+    }
+    out
 }
 
 /// One connected workload cluster: its client, caches and watches, behind a [`Context`].
@@ -125,9 +223,13 @@ pub(super) enum Role {
     Selected(Arc<Workload>),
     /// Not selected (any more): take away what this manager left there.
     Unselected(Arc<Workload>),
-    /// Selected, but there is no connection: why.
-    Unusable(String),
+    /// Selected, or holding copies there to clean up (`selected` false), but there is no
+    /// connection: why.
+    Unusable { why: String, selected: bool },
 }
+
+/// The start of the message of a cluster being connected to.
+pub(super) const CONNECTING: &str = "connecting";
 
 /// The workload clusters, as found from the management cluster.
 pub(super) struct Fleet {
@@ -140,6 +242,9 @@ pub(super) struct Fleet {
     reporter: Reporter,
     /// Failed syncs in a row, by manager name and cluster, for the backoff.
     failures: Mutex<HashMap<(String, String), u32>>,
+    /// Held while the connections are brought in line with [`wanted`], so that two reconciles
+    /// never connect to one cluster twice.
+    refreshing: tokio::sync::Mutex<()>,
 }
 
 impl Fleet {
@@ -160,15 +265,127 @@ impl Fleet {
             managers,
             reporter,
             failures: Mutex::default(),
+            refreshing: tokio::sync::Mutex::default(),
         }
     }
 
+    /// How long a deleted manager waits for its cleanup in workload clusters.
+    pub(super) fn cleanup_timeout(&self) -> Duration {
+        self.options.cleanup_timeout
+    }
+
+    /// Records where the manager `uid` may have copies after a sync (or, empty, after its
+    /// cleanup), so that the clusters no manager needs any more are let go.
+    pub(super) fn record_holds(&self, uid: &str, clusters: BTreeSet<String>) {
+        if let Ok(mut state) = self.state.lock() {
+            state.holds.insert(uid.to_owned(), clusters);
+        }
+    }
+
+    /// Records how the manager `uid` now stands in `cluster`: true when that is a change
+    /// worth an Event.
+    pub(super) fn record_health(&self, uid: &str, cluster: &str, now: Health) -> bool {
+        let Ok(mut state) = self.state.lock() else {
+            return false;
+        };
+        let key = (uid.to_owned(), cluster.to_owned());
+        let previous = state.health.get(&key).copied();
+        if now != Health::Connecting {
+            state.health.insert(key, now);
+        }
+        is_transition(previous, now)
+    }
+
+    /// Brings the connections in line with [`wanted`]: connects to the clusters that are
+    /// wanted and have none (a kubeconfig Secret read once per `resourceVersion`), drops the
+    /// client and watches of those no manager needs any more.
+    pub(super) async fn refresh(&self) {
+        let _one = self.refreshing.lock().await;
+        let managers = self.managers.state();
+        let (connect, dropped, open) = {
+            let Ok(mut state) = self.state.lock() else {
+                return;
+            };
+            let live: BTreeSet<String> = managers.iter().filter_map(|m| m.uid()).collect();
+            state.holds.retain(|uid, _| live.contains(uid));
+            state.health.retain(|(uid, _), _| live.contains(uid));
+            let wanted = wanted(&state, &managers);
+            let mut connect = Vec::new();
+            let mut dropped = Vec::new();
+            for (name, member) in &mut state.members {
+                match (wanted.contains(name), member.workload.is_some()) {
+                    (true, false) => connect.push((name.clone(), member.secret_version.clone())),
+                    (false, true) => {
+                        member.workload = None;
+                        dropped.push(name.clone());
+                    }
+                    _ => {}
+                }
+            }
+            let open = state
+                .members
+                .values()
+                .filter(|m| matches!(m.workload, Some(Ok(_))))
+                .count();
+            (connect, dropped, open)
+        };
+        for name in dropped {
+            self.metrics.fleet.forget(&name);
+            tracing::info!(
+                cluster = name,
+                "no manager needs this workload cluster any more: its client and watches are stopped"
+            );
+        }
+        let mut open = open;
+        for (name, version) in connect {
+            let Some((namespace, cluster)) = name.split_once('/') else {
+                continue;
+            };
+            let api: Api<Secret> = Api::namespaced(self.management.clone(), namespace);
+            let secret_name = format!("{cluster}{KUBECONFIG_SUFFIX}");
+            let workload = match api.get(&secret_name).await {
+                Ok(secret) => self.connect(&name, &secret).await.map(Arc::new),
+                Err(e) => Err(format!(
+                    "reading its kubeconfig Secret {secret_name}: {}",
+                    crate::message::api_error(&e)
+                )),
+            };
+            if let Err(why) = &workload {
+                tracing::warn!(cluster = name, error = why, "workload cluster not usable");
+                self.metrics.fleet.set_connected(&name, false);
+            } else {
+                tracing::info!(cluster = name, "connected to a workload cluster");
+                open += 1;
+            }
+            if let Ok(mut state) = self.state.lock()
+                && let Some(member) = state.members.get_mut(&name)
+                && member.secret_version == version
+            {
+                member.workload = Some(workload);
+            }
+        }
+        self.metrics
+            .fleet
+            .connections
+            .set(i64::try_from(open).unwrap_or(i64::MAX));
+    }
+
     /// Each workload cluster, with what `manager` is to do there. Clusters whose Cluster API
-    /// `Cluster` is being deleted are left out: released, not cleaned.
+    /// `Cluster` is being deleted are left out: released, not cleaned. A manager being
+    /// deleted selects none.
     pub(super) fn roles(&self, manager: &ClusterImagePullSecretManager) -> Vec<(String, Role)> {
-        let selector = cluster_selector(manager);
+        let selector =
+            cluster_selector(manager).filter(|_| manager.metadata.deletion_timestamp.is_none());
         let Ok(state) = self.state.lock() else {
             return Vec::new();
+        };
+        let uid = manager.uid().unwrap_or_default();
+        let holds = |name: &String| match state.holds.get(&uid) {
+            Some(held) => held.contains(name),
+            None => manager
+                .status
+                .as_ref()
+                .is_some_and(|s| s.clusters.iter().any(|c| c.name == *name)),
         };
         let mut out = Vec::new();
         for (name, member) in &state.members {
@@ -181,9 +398,15 @@ impl Fleet {
             let role = match (&member.workload, selected) {
                 (Some(Ok(w)), true) => Role::Selected(w.clone()),
                 (Some(Ok(w)), false) => Role::Unselected(w.clone()),
-                (Some(Err(why)), true) => Role::Unusable(why.clone()),
-                (None, true) => Role::Unusable("connecting".to_owned()),
-                (_, false) => continue,
+                (Some(Err(why)), selected) if selected || holds(name) => Role::Unusable {
+                    why: why.clone(),
+                    selected,
+                },
+                (None, selected) if selected || holds(name) => Role::Unusable {
+                    why: CONNECTING.to_owned(),
+                    selected,
+                },
+                _ => continue,
             };
             out.push((name.clone(), role));
         }
@@ -247,27 +470,15 @@ impl Fleet {
         }
     }
 
-    /// Watches the kubeconfig Secrets (and the Cluster API `Cluster`s, when served) until
-    /// dropped.
+    /// Watches the kubeconfig Secrets, and Cluster API's CRD, running the `Cluster` watches
+    /// while it is served, until dropped.
     pub(super) async fn run(self: Arc<Self>) {
         let namespaces: Vec<Option<String>> = if self.options.namespaces.is_empty() {
             vec![None]
         } else {
             self.options.namespaces.iter().cloned().map(Some).collect()
         };
-        let capi = match capi_cluster_resource(&self.management).await {
-            Some(resource) => Some(resource),
-            None => {
-                tracing::info!(
-                    "Cluster API's Cluster is not served: workload clusters are selected by the labels of their kubeconfig Secrets"
-                );
-                None
-            }
-        };
-        let clusters = future::join_all(namespaces.iter().cloned().filter_map(|ns| {
-            let resource = capi.clone()?;
-            Some(self.clone().watch_capi(resource, ns))
-        }));
+        let clusters = self.clone().watch_capi_crd(namespaces.clone());
         let secrets = future::join_all(
             namespaces
                 .into_iter()
@@ -276,11 +487,83 @@ impl Fleet {
         future::join(clusters, secrets).await;
     }
 
+    /// Watches Cluster API's CRD `clusters.cluster.x-k8s.io`: while it is there and its
+    /// `Cluster` is served, the `Cluster` watches run (started when it appears, also after
+    /// the controller started; restarted on another served version; stopped when it goes).
+    async fn watch_capi_crd(self: Arc<Self>, namespaces: Vec<Option<String>>) {
+        let api: Api<PartialObjectMeta<CustomResourceDefinition>> =
+            Api::all(self.management.clone());
+        let stream = watcher(
+            api,
+            watcher::Config::default().fields(&format!("metadata.name={CAPI_CLUSTERS_CRD}")),
+        )
+        .default_backoff();
+        futures::pin_mut!(stream);
+        let mut running: Option<(ApiResource, Vec<AbortOnDrop>)> = None;
+        let mut present = false;
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(watcher::Event::Init) => present = false,
+                Ok(watcher::Event::InitApply(_) | watcher::Event::Apply(_)) => {
+                    present = true;
+                    let Some(resource) = served_capi_cluster(&self.management).await else {
+                        tracing::warn!(
+                            crd = CAPI_CLUSTERS_CRD,
+                            "Cluster API's CRD is there but its Cluster is not served; workload clusters are selected by the labels of their kubeconfig Secrets"
+                        );
+                        continue;
+                    };
+                    if running.as_ref().is_some_and(|(r, _)| *r == resource) {
+                        continue;
+                    }
+                    tracing::info!(
+                        version = resource.version,
+                        "Cluster API's Cluster is served: watching Clusters"
+                    );
+                    let tasks = namespaces
+                        .iter()
+                        .cloned()
+                        .map(|ns| {
+                            let task = tokio::spawn(self.clone().watch_capi(resource.clone(), ns));
+                            AbortOnDrop(task.abort_handle())
+                        })
+                        .collect();
+                    running = Some((resource, tasks));
+                }
+                Ok(watcher::Event::InitDone) => {
+                    if !present {
+                        if running.take().is_some() {
+                            self.capi_gone();
+                        } else {
+                            tracing::info!(
+                                "Cluster API's Cluster is not served: workload clusters are selected by the labels of their kubeconfig Secrets, until its CRD appears"
+                            );
+                        }
+                    }
+                }
+                Ok(watcher::Event::Delete(_)) => {
+                    present = false;
+                    if running.take().is_some() {
+                        self.capi_gone();
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(kind = "CustomResourceDefinition", error = %e, "Cluster API CRD watch failed; retrying")
+                }
+            }
+        }
+    }
+
+    /// Cluster API's CRD went: its `Cluster`s with it.
+    fn capi_gone(&self) {
+        tracing::info!("Cluster API's CRD is gone: Clusters are no longer watched");
+        if let Ok(mut state) = self.state.lock() {
+            state.capi.clear();
+        }
+        self.trigger_all();
+    }
+
     async fn watch_kubeconfigs(self: Arc<Self>, namespace: Option<String>) {
-        let api: Api<Secret> = match &namespace {
-            Some(ns) => Api::namespaced(self.management.clone(), ns),
-            None => Api::all(self.management.clone()),
-        };
         let mut seen: BTreeSet<String> = BTreeSet::new();
         let metadata: Api<PartialObjectMeta<Secret>> = match &namespace {
             Some(ns) => Api::namespaced(self.management.clone(), ns),
@@ -296,22 +579,25 @@ impl Fleet {
             match event {
                 Ok(watcher::Event::Init) => seen.clear(),
                 Ok(watcher::Event::InitApply(meta)) => {
-                    if let Some(name) = self.kubeconfig_applied(&api, &meta).await {
+                    if let Some(name) = self.kubeconfig_applied(&meta) {
                         seen.insert(name);
                     }
                 }
                 Ok(watcher::Event::InitDone) => {
                     self.forget_unseen(namespace.as_deref(), &seen);
+                    self.refresh().await;
                     self.trigger_all();
                 }
                 Ok(watcher::Event::Apply(meta)) => {
-                    if self.kubeconfig_applied(&api, &meta).await.is_some() {
+                    if self.kubeconfig_applied(&meta).is_some() {
+                        self.refresh().await;
                         self.trigger_all();
                     }
                 }
                 Ok(watcher::Event::Delete(meta)) => {
                     if let Some(name) = member_name(&meta) {
                         self.forget(&name);
+                        self.refresh().await;
                         self.trigger_all();
                     }
                 }
@@ -322,42 +608,20 @@ impl Fleet {
         }
     }
 
-    /// Takes in a kubeconfig Secret's metadata, connecting (again) when its
-    /// `resourceVersion` changed; the cluster's name, if it is a kubeconfig Secret.
-    async fn kubeconfig_applied(
-        &self,
-        api: &Api<Secret>,
-        meta: &PartialObjectMeta<Secret>,
-    ) -> Option<String> {
+    /// Takes in a kubeconfig Secret's metadata; a changed `resourceVersion` drops the
+    /// connection, which [`Self::refresh`] makes again from the new kubeconfig if the cluster
+    /// is wanted. The cluster's name, if it is a kubeconfig Secret.
+    fn kubeconfig_applied(&self, meta: &PartialObjectMeta<Secret>) -> Option<String> {
         let name = member_name(meta)?;
         let version = meta.resource_version().unwrap_or_default();
         let labels = meta.labels().clone();
-        let unchanged = self.state.lock().is_ok_and(|mut state| {
-            let member = state.members.entry(name.clone()).or_default();
-            member.secret_labels = labels;
-            member.secret_version == version && member.workload.is_some()
-        });
-        if unchanged {
-            return Some(name);
-        }
-        let workload = match api.get(&meta.name_any()).await {
-            Ok(secret) => self.connect(&name, &secret).await.map(Arc::new),
-            Err(e) => Err(format!(
-                "reading its kubeconfig Secret {}: {}",
-                meta.name_any(),
-                crate::message::api_error(&e)
-            )),
-        };
-        if let Err(why) = &workload {
-            tracing::warn!(cluster = name, error = why, "workload cluster not usable");
-            self.metrics.fleet.set_connected(&name, false);
-        } else {
-            tracing::info!(cluster = name, "connected to a workload cluster");
-        }
         if let Ok(mut state) = self.state.lock() {
             let member = state.members.entry(name.clone()).or_default();
-            member.secret_version = version;
-            member.workload = Some(workload);
+            member.secret_labels = labels;
+            if member.secret_version != version {
+                member.secret_version = version;
+                member.workload = None;
+            }
         }
         Some(name)
     }
@@ -536,14 +800,26 @@ fn cluster_selector(manager: &ClusterImagePullSecretManager) -> Option<Selector>
     Selector::try_from(selector).ok()
 }
 
-/// The served version of Cluster API's `Cluster`, if any.
-async fn capi_cluster_resource(client: &Client) -> Option<ApiResource> {
-    let group = discovery::group(client, CAPI_GROUP).await.ok()?;
-    group
-        .recommended_resources()
-        .into_iter()
-        .find(|(r, _)| r.kind == "Cluster")
-        .map(|(r, _)| r)
+/// The served version of Cluster API's `Cluster`, if any. Discovery may lag a CRD that just
+/// appeared by a moment: asked a few times.
+async fn served_capi_cluster(client: &Client) -> Option<ApiResource> {
+    for _ in 0..10 {
+        let found = discovery::group(client, CAPI_GROUP)
+            .await
+            .ok()
+            .and_then(|group| {
+                group
+                    .recommended_resources()
+                    .into_iter()
+                    .find(|(r, _)| r.kind == "Cluster")
+                    .map(|(r, _)| r)
+            });
+        if found.is_some() {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    None
 }
 
 /// The client configuration of a kubeconfig read from a Secret. Only what the kubeconfig
@@ -675,6 +951,141 @@ current-context: w
             assert!(!err.is_empty(), "{text}: accepted");
             assert!(!err.contains("the-token-value"), "{err}");
         }
+    }
+
+    fn manager(
+        uid: &str,
+        selector: serde_json::Value,
+        status_clusters: &[&str],
+        deleting: bool,
+    ) -> Arc<ClusterImagePullSecretManager> {
+        let clusters: Vec<serde_json::Value> = status_clusters
+            .iter()
+            .map(|c| serde_json::json!({"name": c, "ready": false, "targetNamespaces": 0, "syncedNamespaces": 0}))
+            .collect();
+        let mut m: ClusterImagePullSecretManager = serde_json::from_value(serde_json::json!({
+            "apiVersion": "cheiron.anny.co/v1alpha1", "kind": "ClusterImagePullSecretManager",
+            "metadata": {"name": uid, "uid": uid},
+            "spec": {
+                "secrets": [{"existingSecretRef": {"name": "pull", "namespace": "src"}}],
+                "clusters": {"selector": selector},
+            },
+            "status": {"clusters": clusters},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        if deleting {
+            m.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ));
+        }
+        Arc::new(m)
+    }
+
+    fn member(env: &str) -> Member {
+        Member {
+            secret_labels: [("env".to_owned(), env.to_owned())].into(),
+            ..Member::default()
+        }
+    }
+
+    #[test]
+    fn only_selected_clusters_and_those_with_copies_to_clean_are_connected_to() {
+        let mut state = State::default();
+        for (name, env) in [
+            ("capi/prod", "prod"),
+            ("capi/dev", "dev"),
+            ("capi/old", "old"),
+        ] {
+            state.members.insert(name.to_owned(), member(env));
+        }
+        let prod = serde_json::json!({"matchLabels": {"env": "prod"}});
+        // Nobody selects dev or old: no connection.
+        let a = manager("a", prod.clone(), &[], false);
+        assert_eq!(
+            wanted(&state, std::slice::from_ref(&a)),
+            ["capi/prod".to_owned()].into()
+        );
+
+        // A manager not synced since the start that lists old in its status may have copies
+        // there: old is wanted until a sync of that manager says otherwise.
+        let b = manager("b", prod.clone(), &["capi/old"], false);
+        let both = [a.clone(), b.clone()];
+        assert_eq!(
+            wanted(&state, &both),
+            ["capi/old".to_owned(), "capi/prod".to_owned()].into()
+        );
+        state
+            .holds
+            .insert("b".to_owned(), ["capi/prod".to_owned()].into());
+        assert_eq!(wanted(&state, &both), ["capi/prod".to_owned()].into());
+        // A failed cleanup keeps it.
+        state.holds.insert(
+            "b".to_owned(),
+            ["capi/prod".to_owned(), "capi/old".to_owned()].into(),
+        );
+        assert!(wanted(&state, &both).contains("capi/old"));
+
+        // A Cluster API Cluster's labels win over the Secret's.
+        state.capi.insert(
+            "capi/dev".to_owned(),
+            CapiCluster {
+                labels: [("env".to_owned(), "prod".to_owned())].into(),
+                deleting: false,
+            },
+        );
+        assert!(wanted(&state, std::slice::from_ref(&a)).contains("capi/dev"));
+        // A Cluster being deleted is released: never connected to, even with copies there.
+        state.capi.insert(
+            "capi/dev".to_owned(),
+            CapiCluster {
+                labels: [("env".to_owned(), "prod".to_owned())].into(),
+                deleting: true,
+            },
+        );
+        state
+            .holds
+            .insert("a".to_owned(), ["capi/dev".to_owned()].into());
+        assert!(!wanted(&state, &[a]).contains("capi/dev"));
+
+        // A manager being deleted selects nothing; it needs only where its cleanup is
+        // pending, and nothing once that is done.
+        let gone = manager("gone", prod, &[], true);
+        state
+            .holds
+            .insert("gone".to_owned(), ["capi/old".to_owned()].into());
+        assert_eq!(
+            wanted(&state, std::slice::from_ref(&gone)),
+            ["capi/old".to_owned()].into()
+        );
+        state.holds.insert("gone".to_owned(), BTreeSet::new());
+        assert!(wanted(&state, &[gone]).is_empty());
+    }
+
+    #[test]
+    fn an_event_marks_each_change_of_a_clusters_health_once() {
+        use Health::*;
+        // The first sync in step and connecting say nothing.
+        assert!(!is_transition(None, Synced));
+        assert!(!is_transition(None, Connecting));
+        assert!(!is_transition(Some(Unreachable), Connecting));
+        // Trouble, a change of trouble and the recovery do; a repeat does not.
+        assert!(is_transition(None, Unreachable));
+        assert!(is_transition(Some(Synced), Unreachable));
+        assert!(!is_transition(Some(Unreachable), Unreachable));
+        assert!(is_transition(Some(Unreachable), WriteFailed));
+        assert!(!is_transition(Some(WriteFailed), WriteFailed));
+        assert!(is_transition(Some(WriteFailed), Synced));
+        assert!(!is_transition(Some(Synced), Synced));
+        assert_eq!(
+            Unreachable.reason(),
+            Some((true, "WorkloadClusterUnreachable"))
+        );
+        assert_eq!(
+            WriteFailed.reason(),
+            Some((true, "WorkloadClusterWriteFailed"))
+        );
+        assert_eq!(Synced.reason(), Some((false, "WorkloadClusterSynced")));
     }
 
     #[test]

@@ -333,7 +333,7 @@ async fn mark_ready(
 }
 
 /// Aborts a spawned task when the controller returns, whichever way.
-struct AbortOnDrop(tokio::task::AbortHandle);
+pub(super) struct AbortOnDrop(pub(super) tokio::task::AbortHandle);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {

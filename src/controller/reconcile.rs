@@ -24,7 +24,7 @@ use super::{
     context::Context,
     desired::{self, SourceKey, source_key},
     error::{ControllerError, Issue, IssueKind},
-    fleet::{Fleet, Role, Workload},
+    fleet::{Fleet, Health, Role, Workload},
     kinds::ManagerObject,
     plan::FIELD_MANAGER,
     plan::{self, SecretMetadata, Stale, belongs_to},
@@ -145,7 +145,12 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
     let (plan, issues) = (here.plan, here.issues);
     let (clusters, cluster_retry) = match (ctx.fleet.as_ref(), manager.as_cluster()) {
         (Some(fleet), Some(cluster_manager)) => {
-            sync_fleet(fleet, cluster_manager, &owner, &desired.secrets, &report).await
+            let synced =
+                sync_fleet(fleet, cluster_manager, &owner, &desired.secrets, &report).await;
+            for event in &synced.events {
+                ctx.publish(event, &manager.object_ref(&())).await;
+            }
+            (synced.statuses, synced.retry)
         }
         _ => (Vec::new(), None),
     };
@@ -290,19 +295,32 @@ fn workload_owner(
 /// The API version of [`workload_owner`]: a version of cheiron's group that is never served.
 pub const WORKLOAD_OWNER_VERSION: &str = "fleet-management";
 
+/// What a sync of a manager into the workload clusters found.
+struct FleetSync {
+    /// The status of each cluster it selects, and of each where its cleanup failed.
+    statuses: Vec<ClusterStatus>,
+    /// When to retry, if a cluster is out of step (backing off per cluster).
+    retry: Option<Duration>,
+    /// Events about the manager: a cluster it acts in changed between in step, unreachable
+    /// and refusing writes.
+    events: Vec<Event>,
+}
+
 /// Syncs `manager` into every workload cluster at once, each bounded by
 /// [`super::fleet::SYNC_TIMEOUT`]: the selected ones get `desired`, the others lose what the
-/// manager left there. Returns the status of each selected cluster and, if one is out of
-/// step, when to retry (backing off per cluster).
+/// manager left there. The connections are brought in line before (a newly selected cluster
+/// is connected to) and after (a cluster cleaned up that no manager needs is let go).
 async fn sync_fleet(
     fleet: &Fleet,
     manager: &crate::api::ClusterImagePullSecretManager,
     owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
     desired: &[desired::DesiredSecret],
     report: &ServiceAccountReport,
-) -> (Vec<ClusterStatus>, Option<Duration>) {
+) -> FleetSync {
+    fleet.refresh().await;
     let owner = workload_owner(owner);
     let name = manager.name_any();
+    let uid = manager.uid().unwrap_or_default();
     let roles = fleet.roles(manager);
     let results = futures::future::join_all(roles.into_iter().map(|(cluster, role)| {
         let owner = &owner;
@@ -310,7 +328,7 @@ async fn sync_fleet(
             let (workload, selected) = match role {
                 Role::Selected(w) => (w, true),
                 Role::Unselected(w) => (w, false),
-                Role::Unusable(why) => return (cluster, true, Err(why)),
+                Role::Unusable { why, selected } => return (cluster, selected, Err(why)),
             };
             let outcome = tokio::time::timeout(
                 super::fleet::SYNC_TIMEOUT,
@@ -327,10 +345,20 @@ async fn sync_fleet(
         }
     }))
     .await;
-    let mut statuses = Vec::new();
-    let mut retry: Option<Duration> = None;
+    let mut out = FleetSync {
+        statuses: Vec::new(),
+        retry: None,
+        events: Vec::new(),
+    };
+    let mut holds = BTreeSet::new();
     for (cluster, selected, outcome) in results {
-        let ready = matches!(&outcome, Ok(s) if s.message.is_none());
+        let health = match &outcome {
+            Ok(s) if s.message.is_none() => Health::Synced,
+            Ok(_) => Health::WriteFailed,
+            Err(m) if m.starts_with(super::fleet::CONNECTING) => Health::Connecting,
+            Err(_) => Health::Unreachable,
+        };
+        let ready = health == Health::Synced;
         fleet.metrics().fleet.record_sync(&cluster, ready);
         if ready {
             fleet.reset_failures(&name, &cluster);
@@ -339,11 +367,11 @@ async fn sync_fleet(
                 &format!("{name}/{cluster}"),
                 fleet.record_failure(&name, &cluster),
             );
-            retry = Some(retry.map_or(delay, |r| r.min(delay)));
+            out.retry = Some(out.retry.map_or(delay, |r| r.min(delay)));
         }
-        let status = match outcome {
+        let mut status = match outcome {
             Ok(mut status) => {
-                status.name = cluster;
+                status.name = cluster.clone();
                 status
             }
             Err(message) => {
@@ -354,34 +382,61 @@ async fn sync_fleet(
                     "workload cluster not synced"
                 );
                 ClusterStatus {
-                    name: cluster,
+                    name: cluster.clone(),
                     ready: false,
                     message: Some(message),
                     ..ClusterStatus::default()
                 }
             }
         };
+        if fleet.record_health(&uid, &cluster, health)
+            && let Some((warning, reason)) = health.reason()
+        {
+            out.events.push(Event {
+                type_: if warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason: reason.to_owned(),
+                note: Some(format!(
+                    "cluster {cluster}: {}",
+                    status.message.as_deref().unwrap_or("in step again")
+                )),
+                action: "Sync".to_owned(),
+                secondary: None,
+            });
+        }
         if selected {
-            statuses.push(status);
-        } else if let Some(message) = &status.message {
+            holds.insert(cluster);
+            out.statuses.push(status);
+        } else if let Some(message) = status.message.take() {
             tracing::warn!(
                 manager = name,
-                cluster = status.name,
+                cluster,
                 error = message,
                 "cleaning up in a workload cluster the manager no longer selects failed"
             );
+            // Reported, and the connection kept, until the cleanup there is done.
+            status.message = Some(format!("cleaning up: {message}"));
+            holds.insert(cluster);
+            out.statuses.push(status);
         }
     }
-    (statuses, retry)
+    fleet.record_holds(&uid, holds);
+    fleet.refresh().await;
+    out
 }
 
 /// Takes away what a deleted `manager` left in every workload cluster (those being deleted
-/// are released, not cleaned); one issue per cluster where that failed or could not be tried.
+/// are released, not cleaned): the clusters where that failed or could not be tried, each
+/// with why.
 async fn cleanup_fleet(
     fleet: &Fleet,
     manager: &crate::api::ClusterImagePullSecretManager,
     report: &ServiceAccountReport,
-) -> Vec<Issue> {
+) -> Vec<(String, String)> {
+    fleet.refresh().await;
     let owner = workload_owner(&manager.owner_reference());
     let results =
         futures::future::join_all(fleet.roles(manager).into_iter().map(|(cluster, role)| {
@@ -389,7 +444,7 @@ async fn cleanup_fleet(
             async move {
                 let workload = match role {
                     Role::Selected(w) | Role::Unselected(w) => w,
-                    Role::Unusable(why) => return (cluster, Err(why)),
+                    Role::Unusable { why, .. } => return (cluster, Err(why)),
                 };
                 let outcome = tokio::time::timeout(
                     super::fleet::SYNC_TIMEOUT,
@@ -401,20 +456,21 @@ async fn cleanup_fleet(
             }
         }))
         .await;
-    results
+    let left: Vec<(String, String)> = results
         .into_iter()
         .filter_map(|(cluster, outcome)| {
             let message = match outcome {
                 Ok(status) => status.message?,
                 Err(message) => message,
             };
-            Some(Issue::new(
-                IssueKind::SecretDelete,
-                format!("cluster {cluster}"),
-                message,
-            ))
+            Some((cluster, message))
         })
-        .collect()
+        .collect();
+    fleet.record_holds(
+        &manager.uid().unwrap_or_default(),
+        left.iter().map(|(c, _)| c.clone()).collect(),
+    );
+    left
 }
 
 /// One manager in one workload cluster: the cluster must answer and its watches must have
@@ -450,9 +506,10 @@ async fn sync_workload(
         }
     }
     if !workload.synced() {
-        return Err(
-            "connecting: its Namespaces, Secrets and ServiceAccounts are not listed yet".to_owned(),
-        );
+        return Err(format!(
+            "{}: its Namespaces, Secrets and ServiceAccounts are not listed yet",
+            super::fleet::CONNECTING
+        ));
     }
     let compiled = Manager::from_cluster_in(manager, selected).map_err(|e| e.to_string())?;
     let claimants = fleet.claimants_in(&workload.name);
@@ -640,7 +697,45 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
     let report = ServiceAccountReport::default();
     let mut failures = remove(ctx, &id, &names, &stale, &others, &report).await;
     if let (Some(fleet), Some(cluster_manager)) = (ctx.fleet.as_ref(), manager.as_cluster()) {
-        failures.extend(cleanup_fleet(fleet, cluster_manager, &report).await);
+        let left = cleanup_fleet(fleet, cluster_manager, &report).await;
+        let waited = manager.meta().deletion_timestamp.as_ref().map_or(0, |t| {
+            k8s_openapi::jiff::Timestamp::now()
+                .duration_since(t.0)
+                .as_secs()
+        });
+        let timeout = fleet.cleanup_timeout();
+        if !left.is_empty() && u64::try_from(waited).unwrap_or(0) >= timeout.as_secs() {
+            // Past the bound: the finalizer goes, and the Event says where copies were left.
+            let clusters: Vec<&str> = left.iter().map(|(c, _)| c.as_str()).collect();
+            let event = Event {
+                type_: EventType::Warning,
+                reason: "WorkloadCleanupTimedOut".to_owned(),
+                note: Some(format!(
+                    "cleanup in workload cluster(s) {} did not succeed within {}s of the \
+                     deletion (--fleet-cleanup-timeout; first: cluster {}: {}): the finalizer is \
+                     released, and the Secrets cheiron wrote there and the entries it added to \
+                     ServiceAccounts are left",
+                    clusters.join(", "),
+                    timeout.as_secs(),
+                    left[0].0,
+                    left[0].1
+                )),
+                action: "Cleanup".to_owned(),
+                secondary: None,
+            };
+            ctx.publish(&event, &manager.object_ref(&())).await;
+            tracing::warn!(manager = %id, clusters = ?clusters, "cleanup in workload clusters timed out; released");
+            fleet.record_holds(&uid, BTreeSet::new());
+        } else {
+            failures.extend(left.into_iter().map(|(cluster, message)| {
+                Issue::new(
+                    IssueKind::SecretDelete,
+                    format!("cluster {cluster}"),
+                    message,
+                )
+            }));
+        }
+        fleet.refresh().await;
     }
     report.publish(ctx, &manager.object_ref(&())).await;
     if let Some(issue) = failures.first().cloned() {

@@ -205,36 +205,11 @@ async fn a_manager_in_the_management_cluster_keeps_two_workload_clusters_in_step
     s.create_secret(&sources, &dockerconfigjson_secret(COPY, &v1))
         .await?;
 
-    let controller = CheironProcess::controller(
-        &s.unique_name("fleet"),
-        &[
-            "--no-leader-election",
-            "--resync",
-            "15",
-            "--fleet",
-            "--fleet-namespace",
-            &capi,
-        ],
-    )?;
+    let controller = start_fleet_controller(&s, "fleet", &capi, &[])?;
     controller
         .wait_for_admin_status("/readyz", 200, READY_WITHIN)
         .await?;
-    let manager = s
-        .apply(&s.cluster_manager(
-            "fleet",
-            &format!(
-                "  secrets:
-    - existingSecretRef:
-        name: {COPY}
-        namespace: {sources}
-  clusters:
-    selector:
-      matchLabels:
-        env: prod
-"
-            ),
-        ))
-        .await?;
+    let manager = apply_prod_manager(&s, "fleet", &sources, true).await?;
 
     // Both workload clusters and, includeLocal being true by default, this one.
     for w in [&east, &west] {
@@ -291,9 +266,56 @@ async fn a_manager_in_the_management_cluster_keeps_two_workload_clusters_in_step
         status.clusters
     );
     println!("west down: {down:?}");
+    // One Warning Event for the change, not one per retry: it stays one over three failed
+    // syncs, and one more, Normal, when west is back.
+    let west_series = format!("{capi}/{}", west.name);
+    wait_for("three failed syncs into west", CATCH_UP, || async {
+        let failed = fleet_syncs(&controller.metrics().await?, &west_series, "failed");
+        if failed >= 3.0 {
+            Ok(())
+        } else {
+            Err(format!("{failed} failed syncs").into())
+        }
+    })
+    .await?;
+    let about_west = |events: Vec<k8s_openapi::api::events::v1::Event>, reason: &str| {
+        events
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .filter(|e| e.note.as_deref().is_some_and(|n| n.contains(&west_series)))
+            .collect::<Vec<_>>()
+    };
+    let unreachable = about_west(
+        s.events_about_manager(&manager).await?,
+        "WorkloadClusterUnreachable",
+    );
+    assert_eq!(unreachable.len(), 1, "{unreachable:?}");
+    assert!(
+        unreachable[0].series.is_none() && unreachable[0].type_.as_deref() == Some("Warning"),
+        "{unreachable:?}"
+    );
     west.start().await?;
     until_synced(&west, &apps, &v3, CATCH_UP).await?;
     until_cluster_status(&s, &manager, &west.name, is_ready, CATCH_UP).await?;
+    let synced = s
+        .eventually("a WorkloadClusterSynced Event about west", || async {
+            let found = about_west(
+                s.events_about_manager(&manager).await?,
+                "WorkloadClusterSynced",
+            );
+            if found.is_empty() {
+                Err("none yet".into())
+            } else {
+                Ok(found)
+            }
+        })
+        .await?;
+    assert_eq!(synced[0].type_.as_deref(), Some("Normal"), "{synced:?}");
+    let unreachable = about_west(
+        s.events_about_manager(&manager).await?,
+        "WorkloadClusterUnreachable",
+    );
+    assert_eq!(unreachable.len(), 1, "{unreachable:?}");
 
     // A bad kubeconfig is reported without its content; the rotated one is picked up.
     write_kubeconfig_secret(
@@ -321,6 +343,32 @@ async fn a_manager_in_the_management_cluster_keeps_two_workload_clusters_in_step
     assert!(
         !format!("{bad:?}").contains("not-a-known-token"),
         "the token appears in {bad:?}"
+    );
+    // A second change into trouble: a second Event, or (the recorder folds a repeat of the
+    // same reason within minutes into a series) the first one's series.
+    let events = s
+        .eventually(
+            "a second WorkloadClusterUnreachable Event about west",
+            || async {
+                let found = about_west(
+                    s.events_about_manager(&manager).await?,
+                    "WorkloadClusterUnreachable",
+                );
+                let count: i32 = found
+                    .iter()
+                    .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+                    .sum();
+                if count == 2 {
+                    Ok(found)
+                } else {
+                    Err(format!("{found:?}").into())
+                }
+            },
+        )
+        .await?;
+    assert!(
+        !format!("{events:?}").contains("not-a-known-token"),
+        "the token appears in {events:?}"
     );
     write_kubeconfig_secret(
         s.client(),
@@ -363,6 +411,8 @@ async fn a_manager_in_the_management_cluster_keeps_two_workload_clusters_in_step
         }
     })
     .await?;
+    // Cleaned up, and selected by no manager: east's client and watches are let go.
+    until_connections(&controller, 1).await?;
 
     // Back in the selector, east is synced again; then its Cluster is deleted (a finalizer of
     // Cluster API's keeps it while the cluster is torn down): east is released, not cleaned.
@@ -450,7 +500,400 @@ async fn a_manager_in_the_management_cluster_keeps_two_workload_clusters_in_step
     Ok(())
 }
 
+/// `cheiron controller --fleet` reading the kubeconfig Secrets of `capi`, with `extra` flags.
+fn start_fleet_controller(
+    s: &ControllerScenario,
+    name: &str,
+    capi: &str,
+    extra: &[&str],
+) -> Result<CheironProcess> {
+    let mut args = vec![
+        "--no-leader-election",
+        "--resync",
+        "15",
+        "--fleet",
+        "--fleet-namespace",
+        capi,
+    ];
+    args.extend(extra);
+    CheironProcess::controller(&s.unique_name(name), &args)
+}
+
+/// A cluster manager `name` copying the source [`COPY`] of `sources` into the workload
+/// clusters labelled `env: prod` (and this one with `include_local`).
+async fn apply_prod_manager(
+    s: &ControllerScenario,
+    name: &str,
+    sources: &str,
+    include_local: bool,
+) -> Result<ManagerRef> {
+    s.apply(&s.cluster_manager(
+        name,
+        &format!(
+            "  secrets:
+    - existingSecretRef:
+        name: {COPY}
+        namespace: {sources}
+  clusters:
+    selector:
+      matchLabels:
+        env: prod
+    includeLocal: {include_local}
+"
+        ),
+    ))
+    .await
+}
+
+/// The value of `cheiron_fleet_syncs_total` for `cluster` and `outcome` (0 without the
+/// series).
+fn fleet_syncs(metrics: &str, cluster: &str, outcome: &str) -> f64 {
+    let series =
+        format!("cheiron_fleet_syncs_total{{cluster=\"{cluster}\",outcome=\"{outcome}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Waits until the controller has `n` workload clusters connected
+/// (`cheiron_fleet_connections`).
+async fn until_connections(controller: &CheironProcess, n: u32) -> Result<()> {
+    wait_for(
+        format!("cheiron_fleet_connections to be {n}"),
+        REACH,
+        || async {
+            let metrics = controller.metrics().await?;
+            let line = format!("cheiron_fleet_connections {n}");
+            if metrics.lines().any(|l| l == line) {
+                Ok(())
+            } else {
+                let now: Vec<&str> = metrics
+                    .lines()
+                    .filter(|l| l.starts_with("cheiron_fleet_"))
+                    .collect();
+                Err(format!("{now:?}").into())
+            }
+        },
+    )
+    .await
+}
+
 fn capi_clusters(client: &Client, namespace: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Cluster");
     Api::namespaced_with(client.clone(), namespace, &ApiResource::from_gvk(&gvk))
+}
+
+/// Removes Cluster API's CRD from the management cluster (the Clusters of earlier tests with
+/// it, their finalizers first), and waits until it is gone.
+async fn remove_capi_crd(client: &Client) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    if crds.get_opt("clusters.cluster.x-k8s.io").await?.is_none() {
+        return Ok(());
+    }
+    let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Cluster");
+    let all: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
+    for cluster in all.list(&Default::default()).await? {
+        let ns = cluster.namespace().unwrap_or_default();
+        capi_clusters(client, &ns)
+            .patch(
+                &cluster.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await?;
+    }
+    crds.delete("clusters.cluster.x-k8s.io", &DeleteParams::default())
+        .await?;
+    wait_for("Cluster API's CRD to be gone", REACH, || async {
+        match crds.get_opt("clusters.cluster.x-k8s.io").await? {
+            None => Ok(()),
+            Some(_) => Err("still there".into()),
+        }
+    })
+    .await
+}
+
+/// Makes `cluster` refuse every write of a Secret: a ValidatingAdmissionPolicy and its
+/// binding there (the binding named after the cluster, to lift the refusal by deleting it).
+async fn refuse_secret_writes(cluster: &WorkloadCluster) -> Result<Api<DynamicObject>> {
+    let client = cluster.client()?;
+    let resource = |kind: &str| {
+        ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "admissionregistration.k8s.io",
+            "v1",
+            kind,
+        ))
+    };
+    let policies: Api<DynamicObject> =
+        Api::all_with(client.clone(), &resource("ValidatingAdmissionPolicy"));
+    let policy: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "refuse-secrets"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["secrets"]
+            }]},
+            "validations": [{"expression": "false", "message": "this cluster takes no Secrets (e2e)"}]
+        }
+    }))?;
+    policies.create(&PostParams::default(), &policy).await?;
+    let bindings: Api<DynamicObject> =
+        Api::all_with(client, &resource("ValidatingAdmissionPolicyBinding"));
+    let binding: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "refuse-secrets"},
+        "spec": {"policyName": "refuse-secrets", "validationActions": ["Deny"]}
+    }))?;
+    bindings.create(&PostParams::default(), &binding).await?;
+    // In force once a Secret create is refused.
+    let probe: Api<Secret> = Api::namespaced(cluster.client()?, "default");
+    wait_for(
+        format!("cluster {} to refuse Secrets", cluster.name),
+        REACH,
+        || async {
+            let secret = Secret {
+                metadata: kube::api::ObjectMeta {
+                    name: Some("refusal-probe".to_owned()),
+                    ..Default::default()
+                },
+                ..Secret::default()
+            };
+            match probe
+                .create(
+                    &PostParams {
+                        dry_run: true,
+                        ..PostParams::default()
+                    },
+                    &secret,
+                )
+                .await
+            {
+                Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422 => Ok(()),
+                other => Err(format!("not refused yet: {other:?}").into()),
+            }
+        },
+    )
+    .await?;
+    Ok(bindings)
+}
+
+#[tokio::test]
+async fn a_cluster_refusing_writes_holds_up_no_other_and_unselected_clusters_get_no_connection()
+-> Result {
+    let s = ControllerScenario::without_shared_controller("fleet-refuse").await?;
+    let cluster = s.cluster()?;
+    // Cluster API's CRD comes only after the controller started (below).
+    remove_capi_crd(s.client()).await?;
+    let mut near = cluster.start_workload(&s.unique_name("near")).await?;
+    let mut far = cluster.start_workload(&s.unique_name("far")).await?;
+    let capi = s.create_namespace(&[], &[]).await?;
+    for w in [&near, &far] {
+        write_kubeconfig_secret(
+            s.client(),
+            &capi,
+            &w.name,
+            &w.kubeconfig(),
+            &[("env", "prod")],
+        )
+        .await?;
+    }
+    // A cluster no manager selects (its kubeconfig works: it reaches near's apiserver).
+    let idle = s.unique_name("idle");
+    write_kubeconfig_secret(
+        s.client(),
+        &capi,
+        &idle,
+        &near.kubeconfig(),
+        &[("env", "dev")],
+    )
+    .await?;
+    let apps = s.unique_name("apps");
+    for w in [&near, &far] {
+        workload_namespace(&w.client()?, s.id(), &apps).await?;
+    }
+    let refusal = refuse_secret_writes(&far).await?;
+    let sources = s.create_namespace(&[], &[]).await?;
+    let password = "refused-cluster-password-v1";
+    let v1 = json!({"registry.example.com": registry_entry("fleet", password, None)});
+    s.create_secret(&sources, &dockerconfigjson_secret(COPY, &v1))
+        .await?;
+
+    let controller = start_fleet_controller(&s, "fleet-refuse", &capi, &[])?;
+    controller
+        .wait_for_admin_status("/readyz", 200, READY_WITHIN)
+        .await?;
+    let manager = apply_prod_manager(&s, "fleet-refuse", &sources, false).await?;
+
+    // Near is synced; far refuses, and says so without the Secret's content.
+    until_synced(&near, &apps, &v1, REACH).await?;
+    until_cluster_status(&s, &manager, &near.name, is_ready, REACH).await?;
+    let refused = until_cluster_status(
+        &s,
+        &manager,
+        &far.name,
+        |c| match &c.message {
+            Some(m) if !c.ready && m.contains("takes no Secrets") => Ok(()),
+            _ => Err(format!("{c:?}").into()),
+        },
+        REACH,
+    )
+    .await?;
+    let encoded = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        format!("fleet:{password}"),
+    );
+    for leak in [password, encoded.as_str()] {
+        assert!(!format!("{refused:?}").contains(leak), "{refused:?}");
+    }
+    s.until_ready_reason(&manager, "WorkloadClusterNotSynced")
+        .await?;
+    let event = s
+        .until_event_about_manager(&manager, "WorkloadClusterWriteFailed")
+        .await?;
+    let note = event.note.unwrap_or_default();
+    assert!(note.contains(&far.name), "{note}");
+    for leak in [password, encoded.as_str()] {
+        assert!(!note.contains(leak), "{note}");
+    }
+
+    // Only the two selected clusters are connected to; idle, which no manager selects, is not.
+    until_connections(&controller, 2).await?;
+    let metrics = controller.metrics().await?;
+    assert!(
+        !metrics.contains(&format!("cluster=\"{capi}/{idle}\"")),
+        "a series of idle:\n{metrics}"
+    );
+
+    // A rotation reaches near while far still refuses.
+    let v2 = json!({"registry.example.com": registry_entry("fleet", "v2", None)});
+    s.replace_secret_data(&sources, COPY, &dockerconfigjson_secret(COPY, &v2))
+        .await?;
+    until_synced(&near, &apps, &v2, REACH).await?;
+
+    // The refusal is lifted: far catches up.
+    refusal
+        .delete("refuse-secrets", &DeleteParams::default())
+        .await?;
+    until_synced(&far, &apps, &v2, CATCH_UP).await?;
+    until_cluster_status(&s, &manager, &far.name, is_ready, CATCH_UP).await?;
+    s.until_event_about_manager(&manager, "WorkloadClusterSynced")
+        .await?;
+    s.until_ready_reason(&manager, "Synced").await?;
+
+    // Cluster API's CRD installed now, after the controller started, is picked up: near's
+    // Cluster says env: staging, so near leaves the selector and is cleaned.
+    install_capi_crd(s.client()).await?;
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "Cluster",
+        "metadata": {"name": near.name, "namespace": capi, "labels": {"env": "staging"}},
+        "spec": {"paused": false}
+    }))?;
+    capi_clusters(s.client(), &capi)
+        .create(&PostParams::default(), &object)
+        .await?;
+    until_clean(&near, &apps).await?;
+    until_synced(&far, &apps, &v2, REACH).await?;
+    until_connections(&controller, 1).await?;
+
+    let api: Api<DynamicObject> = Api::all_with(
+        s.client().clone(),
+        &ApiResource::erase::<cheiron::api::ClusterImagePullSecretManager>(&()),
+    );
+    api.delete(&manager.name, &DeleteParams::default()).await?;
+    until_clean(&far, &apps).await?;
+    controller.check_running()?;
+    near.stop();
+    far.stop();
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_deleted_manager_waits_for_an_unreachable_cluster_only_until_the_cleanup_timeout()
+-> Result {
+    let s = ControllerScenario::without_shared_controller("fleet-timeout").await?;
+    let cluster = s.cluster()?;
+    let mut lost = cluster.start_workload(&s.unique_name("lost")).await?;
+    let capi = s.create_namespace(&[], &[]).await?;
+    write_kubeconfig_secret(
+        s.client(),
+        &capi,
+        &lost.name,
+        &lost.kubeconfig(),
+        &[("env", "prod")],
+    )
+    .await?;
+    let apps = s.unique_name("apps");
+    workload_namespace(&lost.client()?, s.id(), &apps).await?;
+    let sources = s.create_namespace(&[], &[]).await?;
+    let v1 = json!({"registry.example.com": registry_entry("fleet", "v1", None)});
+    s.create_secret(&sources, &dockerconfigjson_secret(COPY, &v1))
+        .await?;
+    let controller = start_fleet_controller(
+        &s,
+        "fleet-timeout",
+        &capi,
+        &["--fleet-cleanup-timeout", "10"],
+    )?;
+    controller
+        .wait_for_admin_status("/readyz", 200, READY_WITHIN)
+        .await?;
+    let manager = apply_prod_manager(&s, "fleet-timeout", &sources, false).await?;
+    until_synced(&lost, &apps, &v1, REACH).await?;
+    until_cluster_status(&s, &manager, &lost.name, is_ready, REACH).await?;
+
+    // The cluster goes away, then the manager is deleted: the cleanup there fails and holds
+    // the deletion, but only until --fleet-cleanup-timeout (10 s).
+    lost.stop();
+    let (object, _) = s.manager_status(&manager).await?;
+    let uid = object.uid();
+    let api: Api<DynamicObject> = Api::all_with(
+        s.client().clone(),
+        &ApiResource::erase::<cheiron::api::ClusterImagePullSecretManager>(&()),
+    );
+    api.delete(&manager.name, &DeleteParams::default()).await?;
+    let held = s
+        .until_event("default", uid.as_deref(), "CleanupFailed", &manager)
+        .await?;
+    assert!(
+        held.note.as_deref().is_some_and(|n| n.contains(&lost.name)),
+        "{held:?}"
+    );
+    wait_for("the manager to be gone", CATCH_UP, || async {
+        match api.get_opt(&manager.name).await? {
+            None => Ok(()),
+            Some(m) => Err(format!("still there: {:?}", m.finalizers()).into()),
+        }
+    })
+    .await?;
+    let released = s
+        .until_event(
+            "default",
+            uid.as_deref(),
+            "WorkloadCleanupTimedOut",
+            &manager,
+        )
+        .await?;
+    let note = released.note.unwrap_or_default();
+    assert!(
+        note.contains(&format!("{capi}/{}", lost.name)) && note.contains("10s"),
+        "{note}"
+    );
+    until_connections(&controller, 0).await?;
+
+    // What the Event says was left is there when the cluster comes back, and stays.
+    lost.start().await?;
+    let secrets: Api<Secret> = Api::namespaced(lost.client()?, &apps);
+    let copy = secrets.get_opt(COPY).await?.ok_or("the copy is gone")?;
+    holds(&copy, &v1)?;
+    controller.check_running()?;
+    lost.stop();
+    Ok(())
 }
