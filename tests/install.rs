@@ -934,18 +934,22 @@ providers:
         assert_eq!(
             kinds,
             [
+                ("ClusterRole", ""),
+                ("ClusterRoleBinding", ""),
                 ("Role", "capi-a"),
                 ("Role", "capi-b"),
                 ("RoleBinding", "capi-a"),
                 ("RoleBinding", "capi-b")
             ]
         );
+        let crd = serde_json::json!({"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "resourceNames": ["clusters.cluster.x-k8s.io"], "verbs": ["get", "list", "watch"]});
+        let clusters = serde_json::json!({"apiGroups": ["cluster.x-k8s.io"], "resources": ["clusters"], "verbs": ["list", "watch"]});
         for (kind, _, role) in &roles {
-            if *kind == "Role" {
-                assert_eq!(
-                    role["rules"],
-                    serde_json::json!([{"apiGroups": ["cluster.x-k8s.io"], "resources": ["clusters"], "verbs": ["list", "watch"]}])
-                );
+            match *kind {
+                // Cluster-wide, only Cluster API's CRD, by name.
+                "ClusterRole" => assert_eq!(role["rules"], serde_json::json!([crd])),
+                "Role" => assert_eq!(role["rules"], serde_json::json!([clusters])),
+                _ => {}
             }
         }
         let everywhere = render(&["fleet.enabled=true"])?;
@@ -955,6 +959,71 @@ providers:
             .filter_map(|o| o["kind"].as_str())
             .collect();
         assert_eq!(kinds, ["ClusterRole", "ClusterRoleBinding"]);
+        assert_eq!(
+            find(&everywhere, "ClusterRole", "cheiron-fleet")?["rules"],
+            serde_json::json!([crd, clusters])
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn fleet_values_render_what_cheiron_manifests_fleet_does_in_both_modes() -> Result {
+        use cheiron::install::{DeploymentMode, FleetSetup};
+
+        for (namespaces, set) in [
+            (vec![], vec!["fleet.enabled=true"]),
+            (
+                vec!["capi-a".to_owned(), "capi-b".to_owned()],
+                vec!["fleet.enabled=true", "fleet.namespaces={capi-a,capi-b}"],
+            ),
+        ] {
+            let install = Install {
+                fleet: Some(FleetSetup {
+                    namespaces: namespaces.clone(),
+                }),
+                ..Install::default()
+            };
+            for (mode, extra) in [
+                (DeploymentMode::Split, None),
+                (DeploymentMode::Combined, Some("deployment=combined")),
+            ] {
+                let plain = [
+                    install.server_objects_for(mode)?,
+                    install.certificate_objects()?,
+                ]
+                .concat();
+                let mut values = set.clone();
+                values.extend(extra);
+                let chart = render(&values)?;
+                assert_eq!(
+                    access(&plain),
+                    access(&chart),
+                    "{mode} {namespaces:?}: charts/cheiron/templates/rbac.yaml (fleet) has \
+                     drifted from src/install/"
+                );
+                for name in named(&plain, "Deployment") {
+                    let (p, c) = (args(&plain, &name)?, args(&chart, &name)?);
+                    assert_eq!(p, c, "{mode}: {name}");
+                    assert_eq!(
+                        p.contains(&"--fleet"),
+                        name != "cheiron-webhook",
+                        "{mode}: {name}: {p:?}"
+                    );
+                }
+            }
+        }
+        // Without --fleet the plain manifests hold nothing of it (webhook-config/ is checked
+        // against `cheiron manifests` by webhook_config_is_what_cheiron_manifests_generates).
+        let plain = plain_objects()?;
+        assert!(
+            !plain
+                .iter()
+                .any(|o| o["metadata"]["name"] == "cheiron-fleet"),
+            "fleet RBAC by default"
+        );
+        for name in named(&plain, "Deployment") {
+            assert!(!args(&plain, &name)?.iter().any(|a| a.contains("fleet")));
+        }
         Ok(())
     }
 

@@ -10,7 +10,8 @@ use anyhow::{Context, bail};
 use clap::Args;
 
 use crate::install::{
-    CredentialProviderSetup, DEFAULT_NAMESPACE, DeploymentMode, Install, MetricsAuth, default_image,
+    CredentialProviderSetup, DEFAULT_NAMESPACE, DeploymentMode, FleetSetup, Install, MetricsAuth,
+    default_image,
 };
 
 /// Arguments of `cheiron manifests`.
@@ -50,6 +51,15 @@ pub struct ManifestsArgs {
     metrics_auth: MetricsAuth,
     #[command(flatten)]
     credential_providers: CredentialProviderManifestArgs,
+    /// Workload clusters (docs/fleet.md), as the chart's fleet.enabled: the controller gets
+    /// --fleet, and RBAC reading Cluster API's CRD and Clusters. Off by default: a kubeconfig
+    /// is the keys to a cluster.
+    #[arg(long, env = "CHEIRON_MANIFESTS_FLEET")]
+    fleet: bool,
+    /// With --fleet: the namespace holding the kubeconfig Secrets and Clusters (repeatable;
+    /// default: every namespace), as the chart's fleet.namespaces.
+    #[arg(long, value_name = "NS", requires = "fleet", value_parser = parse_namespace)]
+    fleet_namespace: Vec<String>,
 }
 
 /// How the plain manifests set up credential-provider plugins for the controller
@@ -171,12 +181,17 @@ impl ManifestsArgs {
             deployment,
             metrics_auth,
             credential_providers,
+            fleet,
+            fleet_namespace,
         } = self;
         let files = Install {
             namespace,
             image,
             metrics_auth,
             credential_providers: credential_providers.setup()?,
+            fleet: fleet.then_some(FleetSetup {
+                namespaces: fleet_namespace,
+            }),
         }
         .files_for(deployment)?;
         let Some(dir) = dir else {
@@ -245,6 +260,8 @@ mod tests {
             deployment: DeploymentMode::Split,
             metrics_auth: MetricsAuth::None,
             credential_providers: CredentialProviderManifestArgs::default(),
+            fleet: false,
+            fleet_namespace: Vec::new(),
         }
         .run(&mut out)?;
         let text = String::from_utf8(out)?;
@@ -273,6 +290,8 @@ mod tests {
             deployment: DeploymentMode::Split,
             metrics_auth: MetricsAuth::None,
             credential_providers: CredentialProviderManifestArgs::default(),
+            fleet: false,
+            fleet_namespace: Vec::new(),
         };
         let error = args(true)
             .run(&mut Vec::new())

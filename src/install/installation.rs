@@ -164,6 +164,17 @@ pub struct Install {
     /// Credential-provider plugins for the controller (docs/credential-providers.md); none by
     /// default.
     pub credential_providers: Option<CredentialProviderSetup>,
+    /// Workload clusters (docs/fleet.md): the controller's `--fleet` and the RBAC it needs;
+    /// off by default.
+    pub fleet: Option<FleetSetup>,
+}
+
+/// The plain manifests' fleet, as the chart's `fleet` values (docs/fleet.md).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FleetSetup {
+    /// The namespaces holding the kubeconfig Secrets and Cluster API `Cluster`s
+    /// (`--fleet-namespace`); empty: every namespace.
+    pub namespaces: Vec<String>,
 }
 
 impl Default for Install {
@@ -173,6 +184,7 @@ impl Default for Install {
             image: default_image(),
             metrics_auth: MetricsAuth::None,
             credential_providers: None,
+            fleet: None,
         }
     }
 }

@@ -16,14 +16,16 @@ use super::{
     WebhookClient, WebhookRegistration, certificates,
     credential_providers::{CredentialProviderSetup, TOKENS as CREDENTIAL_PROVIDER_TOKENS},
     installation::{
-        CERTIFICATES, CONTROLLER, DeploymentMode, Install, LEASE, METRICS_AUTH, METRICS_READER,
-        MetricsAuth, NAME, SERVICE_PORT, TLS_SECRET, WEBHOOK, Workload,
+        CERTIFICATES, CONTROLLER, DeploymentMode, FleetSetup, Install, LEASE, METRICS_AUTH,
+        METRICS_READER, MetricsAuth, NAME, SERVICE_PORT, TLS_SECRET, WEBHOOK, Workload,
     },
     network_policy, rbac, workload,
 };
 
 /// The Role and RoleBinding of the controller's Lease.
 const LEADER_ELECTION: &str = "cheiron-leader-election";
+/// The fleet's ClusterRole, Roles and bindings.
+const FLEET: &str = "cheiron-fleet";
 
 /// One file of the plain manifests.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,20 +103,7 @@ impl Install {
         service_account: &str,
         rules: Vec<PolicyRule>,
     ) -> Result<[Value; 2], ManifestError> {
-        let role = Role {
-            metadata: self.meta(name, component),
-            rules: Some(rules),
-        };
-        let binding = RoleBinding {
-            metadata: self.meta(name, component),
-            role_ref: RoleRef {
-                api_group: "rbac.authorization.k8s.io".to_owned(),
-                kind: "Role".to_owned(),
-                name: name.to_owned(),
-            },
-            subjects: Some(vec![self.subject(service_account)]),
-        };
-        Ok([to_value(&role)?, to_value(&binding)?])
+        self.access_in(&self.namespace, name, component, service_account, rules)
     }
 
     /// Credential-provider plugins (docs/credential-providers.md): the config's ConfigMap, and
@@ -137,23 +126,71 @@ impl Install {
             )?);
         }
         for namespace in &providers.token_namespaces {
-            let meta = ObjectMeta {
-                namespace: Some(namespace.clone()),
-                ..self.meta(CREDENTIAL_PROVIDER_TOKENS, "controller")
-            };
-            objects.push(to_value(&Role {
-                metadata: meta.clone(),
-                rules: Some(rbac::credential_provider_token_rules(&[])),
-            })?);
-            objects.push(to_value(&RoleBinding {
-                metadata: meta,
-                role_ref: RoleRef {
-                    api_group: "rbac.authorization.k8s.io".to_owned(),
-                    kind: "Role".to_owned(),
-                    name: CREDENTIAL_PROVIDER_TOKENS.to_owned(),
-                },
-                subjects: Some(vec![self.subject(controller)]),
-            })?);
+            objects.extend(self.access_in(
+                namespace,
+                CREDENTIAL_PROVIDER_TOKENS,
+                "controller",
+                controller,
+                rbac::credential_provider_token_rules(&[]),
+            )?);
+        }
+        Ok(objects)
+    }
+
+    /// A Role `name` of `component` with `rules` in `namespace`, bound to `service_account`
+    /// of cheiron's namespace.
+    fn access_in(
+        &self,
+        namespace: &str,
+        name: &str,
+        component: &str,
+        service_account: &str,
+        rules: Vec<PolicyRule>,
+    ) -> Result<[Value; 2], ManifestError> {
+        let meta = ObjectMeta {
+            namespace: Some(namespace.to_owned()),
+            ..self.meta(name, component)
+        };
+        let role = Role {
+            metadata: meta.clone(),
+            rules: Some(rules),
+        };
+        let binding = RoleBinding {
+            metadata: meta,
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".to_owned(),
+                kind: "Role".to_owned(),
+                name: name.to_owned(),
+            },
+            subjects: Some(vec![self.subject(service_account)]),
+        };
+        Ok([to_value(&role)?, to_value(&binding)?])
+    }
+
+    /// The fleet's RBAC (docs/fleet.md): a ClusterRole `cheiron-fleet` reading Cluster API's
+    /// CRD (and its `Cluster`s everywhere when no namespace is named), and a Role
+    /// `cheiron-fleet` reading the `Cluster`s in each fleet namespace named.
+    fn fleet_objects(
+        &self,
+        fleet: &FleetSetup,
+        controller: &str,
+    ) -> Result<Vec<Value>, ManifestError> {
+        let mut objects = self
+            .cluster_access(
+                FLEET,
+                "controller",
+                &[controller],
+                rbac::fleet_crd_rules(fleet.namespaces.is_empty()),
+            )?
+            .to_vec();
+        for namespace in &fleet.namespaces {
+            objects.extend(self.access_in(
+                namespace,
+                FLEET,
+                "controller",
+                controller,
+                rbac::fleet_cluster_rules(),
+            )?);
         }
         Ok(objects)
     }
@@ -238,6 +275,9 @@ impl Install {
         }
         if let Some(providers) = &self.credential_providers {
             objects.extend(self.credential_provider_objects(providers, controller_identity)?);
+        }
+        if let Some(fleet) = &self.fleet {
+            objects.extend(self.fleet_objects(fleet, controller_identity)?);
         }
         objects.push(to_value(&workload::service(self))?);
         if workloads.contains(&Workload::Controller) {

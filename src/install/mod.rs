@@ -21,10 +21,10 @@ pub use credential_providers::{
     TOKENS as CREDENTIAL_PROVIDER_TOKENS,
 };
 pub use installation::{
-    ADMIN_PORT, CERTIFICATES, CONTROLLER, DEFAULT_NAMESPACE, DeploymentMode, Install, LEASE,
-    METRICS_AUTH, METRICS_READER, MetricsAuth, NAME, RUN_AS, SERVICE_PORT, SHUTDOWN_DELAY_SECONDS,
-    TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR, TLS_SECRET, WEBHOOK, WEBHOOK_PORT, Workload,
-    default_image,
+    ADMIN_PORT, CERTIFICATES, CONTROLLER, DEFAULT_NAMESPACE, DeploymentMode, FleetSetup, Install,
+    LEASE, METRICS_AUTH, METRICS_READER, MetricsAuth, NAME, RUN_AS, SERVICE_PORT,
+    SHUTDOWN_DELAY_SECONDS, TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR, TLS_SECRET, WEBHOOK,
+    WEBHOOK_PORT, Workload, default_image,
 };
 pub use manifests::{ManifestError, ManifestFile};
 pub use webhook_configuration::{FailurePolicy, WebhookClient, WebhookRegistration};

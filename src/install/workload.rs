@@ -170,6 +170,15 @@ pub fn container_args(install: &Install, workload: Workload) -> Vec<String> {
         args.push("--leader-election".to_owned());
         args.push(format!("--leader-election-id={LEASE}"));
     }
+    if let (true, Some(fleet)) = (workload.runs_controller(), &install.fleet) {
+        args.push("--fleet".to_owned());
+        args.extend(
+            fleet
+                .namespaces
+                .iter()
+                .map(|ns| format!("--fleet-namespace={ns}")),
+        );
+    }
     if workload.runs_controller() && install.credential_providers.is_some() {
         args.extend(CredentialProviderSetup::args());
     }
