@@ -557,7 +557,7 @@ mod chart {
     }
 
     /// Every Role and ClusterRole (and binding) of both, by kind and namespace/name.
-    fn access(objects: &[Value]) -> Vec<(String, String, Value)> {
+    pub(crate) fn access(objects: &[Value]) -> Vec<(String, String, Value)> {
         let mut out: Vec<(String, String, Value)> = objects
             .iter()
             .filter(|o| {
@@ -789,7 +789,7 @@ providers:
     }
 
     /// Kind and name of every object of `kind` in `objects`, sorted.
-    fn named(objects: &[Value], kind: &str) -> Vec<String> {
+    pub(crate) fn named(objects: &[Value], kind: &str) -> Vec<String> {
         let mut names: Vec<String> = objects
             .iter()
             .filter(|o| o["kind"] == kind)
@@ -1384,10 +1384,24 @@ mod cluster {
         let crds = documents(&std::fs::read(repo().join("webhook-config/crds.yaml"))?)?;
         let objects = plain_objects()?;
         let combined = combined_objects()?;
+        // `cheiron manifests --node`: the node agent's objects.
+        let node: Vec<Value> = cheiron::install::Install {
+            node_agent: Some(cheiron::install::NodeAgentSetup::default()),
+            ..cheiron::install::Install::default()
+        }
+        .server_objects_for(cheiron::install::DeploymentMode::Split)?
+        .into_iter()
+        .filter(|o| o["metadata"]["labels"]["app.kubernetes.io/component"] == "node-agent")
+        .collect();
+        assert_eq!(node.len(), 8, "{}", describe(&node));
         let applied = dry_run_all(s.client(), "webhook-config/crds.yaml", &crds).await?
             + dry_run_all(s.client(), "webhook-config/", &objects).await?
-            + dry_run_all(s.client(), "cheiron manifests, combined", &combined).await?;
-        assert_eq!(applied, crds.len() + objects.len() + combined.len());
+            + dry_run_all(s.client(), "cheiron manifests, combined", &combined).await?
+            + dry_run_all(s.client(), "cheiron manifests --node", &node).await?;
+        assert_eq!(
+            applied,
+            crds.len() + objects.len() + combined.len() + node.len()
+        );
         assert!(applied >= 40, "{}", describe(&objects));
         Ok(())
     }
@@ -2613,6 +2627,92 @@ mod node_agent {
     use super::*;
 
     const NAME: &str = "cheiron-node-agent";
+
+    /// `cheiron manifests --node [--node-secret-namespace NS]...` renders what the chart's
+    /// `node.enabled=true [node.secretNamespaces={NS,...}]` does: the same RBAC, object for
+    /// object, and the same DaemonSet, in both deployment modes; without `--node`, nothing of
+    /// the agent (the committed webhook-config/ is checked for that by the drift tests).
+    #[test]
+    fn manifests_node_renders_the_charts_node_agent_in_both_modes() -> Result {
+        use cheiron::install::{DeploymentMode, Install, NodeAgentSetup};
+
+        use super::chart::{access, named};
+
+        for (secret_namespaces, values) in [
+            (vec![], vec!["node.enabled=true"]),
+            (
+                vec!["node-credentials".to_owned(), "more".to_owned()],
+                vec![
+                    "node.enabled=true",
+                    "node.secretNamespaces={node-credentials,more}",
+                ],
+            ),
+        ] {
+            let install = Install {
+                node_agent: Some(NodeAgentSetup {
+                    secret_namespaces: secret_namespaces.clone(),
+                }),
+                ..Install::default()
+            };
+            for (mode, extra) in [
+                (DeploymentMode::Split, None),
+                (DeploymentMode::Combined, Some("deployment=combined")),
+            ] {
+                let plain = [
+                    install.server_objects_for(mode)?,
+                    install.certificate_objects()?,
+                ]
+                .concat();
+                let values: Vec<&str> = values.iter().copied().chain(extra).collect();
+                let chart = render(&values)?;
+                let (p, c) = (access(&plain), access(&chart));
+                assert_eq!(
+                    p, c,
+                    "{mode} {values:?}: charts/cheiron/templates/node-agent.yaml has drifted \
+                     from src/install/node_agent.rs"
+                );
+                assert!(
+                    p.iter().any(|(kind, name, _)| kind == "RoleBinding"
+                        && name.ends_with("/cheiron-node-agent-report")),
+                    "{p:#?}"
+                );
+                assert_eq!(
+                    named(&plain, "ServiceAccount"),
+                    named(&chart, "ServiceAccount")
+                );
+                let (pd, cd) = (
+                    find(&plain, "DaemonSet", NAME)?,
+                    find(&chart, "DaemonSet", NAME)?,
+                );
+                for part in ["selector", "updateStrategy"] {
+                    assert_eq!(pd["spec"][part], cd["spec"][part], "{mode}: {part}");
+                }
+                assert_eq!(
+                    pd["spec"]["template"]["spec"], cd["spec"]["template"]["spec"],
+                    "{mode}: the chart's node agent Pod spec has drifted from \
+                     src/install/node_agent.rs"
+                );
+                let namespaces: Vec<&str> = plain
+                    .iter()
+                    .filter(|o| o["kind"] == "Role" && o["metadata"]["name"] == NAME)
+                    .filter_map(|o| o["metadata"]["namespace"].as_str())
+                    .collect();
+                let expected: Vec<&str> = if secret_namespaces.is_empty() {
+                    vec![NAMESPACE]
+                } else {
+                    secret_namespaces.iter().map(String::as_str).collect()
+                };
+                assert_eq!(namespaces, expected, "{mode}");
+            }
+        }
+        let plain = plain_objects()?;
+        assert!(
+            !plain.iter().any(|o| o["metadata"]["name"] == NAME
+                || o["metadata"]["name"] == "cheiron-node-agent-report"),
+            "the default plain manifests hold no node agent"
+        );
+        Ok(())
+    }
 
     #[test]
     fn secret_names_narrow_the_agents_secret_role_to_those_names() -> Result {

@@ -11,7 +11,7 @@ use clap::Args;
 
 use crate::install::{
     CredentialProviderSetup, DEFAULT_NAMESPACE, DeploymentMode, FleetSetup, Install, MetricsAuth,
-    default_image,
+    NodeAgentSetup, default_image,
 };
 
 /// Arguments of `cheiron manifests`.
@@ -60,6 +60,14 @@ pub struct ManifestsArgs {
     /// default: every namespace), as the chart's fleet.namespaces.
     #[arg(long, value_name = "NS", requires = "fleet", value_parser = parse_namespace)]
     fleet_namespace: Vec<String>,
+    /// Also install the node agent (docs/node.md): a DaemonSet of `cheiron node-agent` on
+    /// every node and its RBAC, as the chart's `node.enabled=true` with its default values.
+    #[arg(long, env = "CHEIRON_MANIFESTS_NODE")]
+    node: bool,
+    /// With --node: a namespace whose Secrets the agents may read (the sources of mode Node
+    /// managers); repeat for more. Default: cheiron's namespace.
+    #[arg(long = "node-secret-namespace", value_name = "NS", requires = "node", value_parser = parse_namespace)]
+    node_secret_namespaces: Vec<String>,
 }
 
 /// How the plain manifests set up credential-provider plugins for the controller
@@ -183,6 +191,8 @@ impl ManifestsArgs {
             credential_providers,
             fleet,
             fleet_namespace,
+            node,
+            node_secret_namespaces,
         } = self;
         let files = Install {
             namespace,
@@ -191,6 +201,9 @@ impl ManifestsArgs {
             credential_providers: credential_providers.setup()?,
             fleet: fleet.then_some(FleetSetup {
                 namespaces: fleet_namespace,
+            }),
+            node_agent: node.then_some(NodeAgentSetup {
+                secret_namespaces: node_secret_namespaces,
             }),
         }
         .files_for(deployment)?;
@@ -262,6 +275,8 @@ mod tests {
             credential_providers: CredentialProviderManifestArgs::default(),
             fleet: false,
             fleet_namespace: Vec::new(),
+            node: false,
+            node_secret_namespaces: Vec::new(),
         }
         .run(&mut out)?;
         let text = String::from_utf8(out)?;
@@ -292,6 +307,8 @@ mod tests {
             credential_providers: CredentialProviderManifestArgs::default(),
             fleet: false,
             fleet_namespace: Vec::new(),
+            node: false,
+            node_secret_namespaces: Vec::new(),
         };
         let error = args(true)
             .run(&mut Vec::new())

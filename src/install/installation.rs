@@ -167,6 +167,8 @@ pub struct Install {
     /// Workload clusters (docs/fleet.md): the controller's `--fleet` and the RBAC it needs;
     /// off by default.
     pub fleet: Option<FleetSetup>,
+    /// The node agent's DaemonSet and RBAC (docs/node.md); none by default.
+    pub node_agent: Option<super::node_agent::NodeAgentSetup>,
 }
 
 /// The plain manifests' fleet, as the chart's `fleet` values (docs/fleet.md).
@@ -185,6 +187,7 @@ impl Default for Install {
             metrics_auth: MetricsAuth::None,
             credential_providers: None,
             fleet: None,
+            node_agent: None,
         }
     }
 }

@@ -71,7 +71,7 @@ impl Install {
     }
 
     /// A ClusterRole with `rules`, bound to `service_accounts` cluster-wide.
-    fn cluster_access(
+    pub(super) fn cluster_access(
         &self,
         name: &str,
         component: &str,
@@ -96,7 +96,7 @@ impl Install {
     }
 
     /// A Role with `rules` in cheiron's namespace, bound to `service_account`.
-    fn namespace_access(
+    pub(super) fn namespace_access(
         &self,
         name: &str,
         component: &str,
@@ -291,6 +291,9 @@ impl Install {
         }
         for w in workloads {
             objects.push(to_value(&network_policy::network_policy(self, *w))?);
+        }
+        if let Some(node_agent) = &self.node_agent {
+            objects.extend(self.node_agent_objects(node_agent)?);
         }
         let mut registration = self.webhook_registration().configuration();
         registration.metadata.labels = Some(self.labels("webhook"));

@@ -8,6 +8,7 @@ mod credential_providers;
 mod installation;
 mod manifests;
 mod network_policy;
+mod node_agent;
 pub mod rbac;
 mod webhook_configuration;
 mod workload;
@@ -27,5 +28,6 @@ pub use installation::{
     WEBHOOK_PORT, Workload, default_image,
 };
 pub use manifests::{ManifestError, ManifestFile};
+pub use node_agent::{NODE_AGENT, NODE_AGENT_REPORT, NodeAgentSetup};
 pub use webhook_configuration::{FailurePolicy, WebhookClient, WebhookRegistration};
 pub use workload::container_args;

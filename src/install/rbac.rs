@@ -89,6 +89,35 @@ pub fn controller_rules() -> Vec<PolicyRule> {
     ]
 }
 
+/// The node agent (docs/node.md), cluster-wide: its Node's labels (a `metadata.name` field
+/// selector; RBAC cannot name a DaemonSet Pod's own Node) and the cluster managers, read only.
+pub fn node_agent_rules() -> Vec<PolicyRule> {
+    vec![
+        rule("", &["nodes"], &["get", "list", "watch"]),
+        rule(
+            GROUP,
+            &["clusterimagepullsecretmanagers"],
+            &["get", "list", "watch"],
+        ),
+    ]
+}
+
+/// The node agent's report Lease (`cheiron-node-<node>`) in cheiron's namespace, by
+/// server-side apply: `create` and `patch` cannot name one Lease per Pod of a DaemonSet.
+pub fn node_agent_report_rules() -> Vec<PolicyRule> {
+    vec![rule(
+        "coordination.k8s.io",
+        &["leases"],
+        &["create", "patch"],
+    )]
+}
+
+/// The sources of mode Node managers, in one namespace: each read by name and watched by a
+/// `metadata.name` field selector.
+pub fn node_agent_secret_rules() -> Vec<PolicyRule> {
+    vec![rule("", &["secrets"], &["get", "list", "watch"])]
+}
+
 /// The controller's Lease (controller/leader.rs), in cheiron's own namespace only: created when
 /// missing, then read and patched by name. `create` cannot be limited to a name in RBAC.
 pub fn leader_election_rules(lease: &str) -> Vec<PolicyRule> {
