@@ -2777,6 +2777,11 @@ mod node_agent {
             container["env"][0]["valueFrom"]["fieldRef"]["fieldPath"],
             "spec.nodeName"
         );
+        assert_eq!(
+            container["ports"][0]["containerPort"], 8080,
+            "the agent's /metrics"
+        );
+        assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
         assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
         assert_eq!(
             container["securityContext"]["capabilities"]["drop"][0],

@@ -1,17 +1,22 @@
 //! `cheiron node-agent`: keeps one node's credentials file (and optionally the kubelet's
 //! config.json) in step with the mode Node managers selecting the node (docs/node.md).
 
-use std::{path::PathBuf, time::Duration};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
+use super::AdminArgs;
 use crate::{
+    admin::{AdminState, serve_admin},
+    controller::ControllerReady,
     credential::duration,
+    metrics::Metrics,
     node::{
         agent::{self, AgentConfig},
         install::Install,
+        metrics::NodeMetrics,
         provider::DEFAULT_CACHE_DURATION,
     },
 };
@@ -19,6 +24,10 @@ use crate::{
 /// Arguments of `cheiron node-agent`.
 #[derive(Args, Debug)]
 pub struct NodeAgentArgs {
+    /// The admin server: `/healthz`, `/readyz` (ready once the watches have listed) and
+    /// `/metrics` (`cheiron_node_*`, docs/node.md).
+    #[command(flatten)]
+    admin: AdminArgs,
     /// This node's name (in a DaemonSet: the downward API's `spec.nodeName`).
     #[arg(long, value_name = "NAME", env = "CHEIRON_NODE_NAME")]
     node_name: String,
@@ -87,6 +96,7 @@ impl NodeAgentArgs {
     /// Runs the agent until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let Self {
+            admin,
             node_name,
             pod_namespace,
             credentials_file,
@@ -125,7 +135,23 @@ impl NodeAgentArgs {
             install,
             resync,
         };
-        agent::run(client, config, shutdown).await
+        let (admin_listen, metrics_access) = admin.resolve(Some(&client)).await?;
+        let mut metrics = Metrics::new();
+        let node_metrics = NodeMetrics::register(&mut metrics);
+        let ready = Arc::new(ControllerReady::default());
+        let admin = AdminState::new(ready.clone(), Arc::new(metrics))
+            .with_shutdown(shutdown.clone())
+            .with_metrics_access(metrics_access);
+        let admin_server = tokio::spawn(
+            serve_admin(admin_listen, admin)
+                .await
+                .with_context(|| format!("cannot listen on {admin_listen}"))?,
+        );
+        tracing::info!(%admin_listen, "node agent admin server listening");
+        let result = agent::run(client, config, node_metrics, ready, shutdown.clone()).await;
+        shutdown.cancel();
+        let _ = admin_server.await;
+        result
     }
 }
 

@@ -77,6 +77,14 @@ impl Install {
             var["name"] = json!(name);
             var
         };
+        let probe = |path: &str, period: u32, failures: u32| {
+            json!({
+                "httpGet": {"path": path, "port": "admin", "scheme": "HTTP"},
+                "periodSeconds": period,
+                "failureThreshold": failures,
+                "timeoutSeconds": 2,
+            })
+        };
         json!({
             "apiVersion": "apps/v1",
             "kind": "DaemonSet",
@@ -112,6 +120,10 @@ impl Install {
                                 env("CHEIRON_NODE_NAME", "spec.nodeName"),
                                 env("CHEIRON_POD_NAMESPACE", "metadata.namespace"),
                             ],
+                            // /healthz, /readyz and /metrics (cheiron_node_*).
+                            "ports": [{"name": "admin", "containerPort": 8080, "protocol": "TCP"}],
+                            "livenessProbe": probe("/healthz", 10, 3),
+                            "readinessProbe": probe("/readyz", 5, 2),
                             "resources": {
                                 "requests": {"cpu": "10m", "memory": "32Mi"},
                                 "limits": {"memory": "128Mi"},

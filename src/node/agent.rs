@@ -45,6 +45,7 @@ use super::{
     config_json,
     credentials::{Login, NodeCredentials},
     install::Install,
+    metrics::NodeMetrics,
     report::{
         self, ManagerReport, NodeReport, REPORT_ANNOTATION, REPORT_LABEL, REPORT_LABEL_VALUE,
     },
@@ -133,6 +134,8 @@ struct Agent {
     reported: Option<NodeReport>,
     /// A watch on each source Secret the selected managers name.
     sources: SourceWatches,
+    /// `/metrics`.
+    metrics: NodeMetrics,
 }
 
 impl Agent {
@@ -283,6 +286,12 @@ impl Agent {
                 }),
             });
         }
+        let synced = managers_reported.iter().all(|m| m.synced);
+        self.metrics.record(
+            managers_reported.len(),
+            synced,
+            k8s_openapi::jiff::Timestamp::now().as_second(),
+        );
         self.report(NodeReport {
             node: self.config.node_name.clone(),
             managers: managers_reported,
@@ -471,9 +480,12 @@ type Versions = Vec<(String, String, Option<String>)>;
 
 /// Runs the agent until `shutdown`. The files stay as they are on exit: the kubelet keeps
 /// pulling while the agent restarts.
+/// `ready` turns true once the watches have listed; `metrics` count the syncs.
 pub async fn run(
     client: Client,
     config: AgentConfig,
+    metrics: NodeMetrics,
+    ready: Arc<crate::controller::ControllerReady>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     if let Some(install) = &config.install {
@@ -531,6 +543,7 @@ pub async fn run(
             ready?;
         }
     }
+    ready.set(true);
     tracing::info!(node = config.node_name, "node agent started");
     let resync = config.resync;
     let mut agent = Agent {
@@ -539,6 +552,7 @@ pub async fn run(
         config,
         last_good: HashMap::new(),
         reported: None,
+        metrics,
     };
     loop {
         match nodes.state().into_iter().next() {

@@ -14,6 +14,7 @@
 //! - [`provider`]: the kubelet's credential-provider protocol, answered from the file.
 //! - [`install`]: the plugin and its `CredentialProviderConfig`, put where the kubelet looks.
 //! - [`agent`]: `cheiron node-agent`, keeping one node's files in step with the managers.
+//! - [`metrics`]: the agent's `/metrics`.
 //! - [`report`]: each agent's report Lease, and the controller's sum of them in the status.
 
 pub mod agent;
@@ -21,5 +22,6 @@ pub mod atomic;
 pub mod config_json;
 pub mod credentials;
 pub mod install;
+pub mod metrics;
 pub mod provider;
 pub mod report;

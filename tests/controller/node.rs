@@ -354,7 +354,7 @@ async fn status_counts_selected_and_synced_nodes_and_lists_the_failing() -> Resu
     let b = create_node(&s, &s.unique_name("b"), &pool).await?;
     let without_agent = create_node(&s, &s.unique_name("c"), &pool).await?;
     let _a_agent = agent(&a, false)?;
-    let _b_agent = agent(&b, true)?;
+    let b_agent = agent(&b, true)?;
     let manager = s
         .apply(&manager_yaml(
             &s.unique_name("nodes"),
@@ -394,6 +394,11 @@ async fn status_counts_selected_and_synced_nodes_and_lists_the_failing() -> Resu
     assert!(!entry.synced);
     let message = entry.message.as_deref().unwrap_or_default();
     assert!(message.contains("config.json"), "{message}");
+    let metrics = b_agent.metrics().await?;
+    assert!(
+        metric(&metrics, "cheiron_node_sync_total{result=\"failed\"}") >= 1.0,
+        "{metrics}"
+    );
     assert!(!message.contains("first-password"), "{message}");
 
     // Repaired: back to two of three.
@@ -433,7 +438,7 @@ async fn a_rotated_source_reaches_the_node_through_the_watch_long_before_the_res
     s.create_secret(&sources, &pull_secret("first")).await?;
     let pool = s.unique_name("pool");
     let node = create_node(&s, &s.unique_name("w"), &pool).await?;
-    let _agent = agent_with_resync(&node, false, "1h")?;
+    let agent = agent_with_resync(&node, false, "1h")?;
     let manager = s
         .apply(&manager_yaml(
             &s.unique_name("nodes"),
@@ -451,6 +456,17 @@ async fn a_rotated_source_reaches_the_node_through_the_watch_long_before_the_res
     .await?;
     s.until_status(&manager, "the node synced", |st| st.nodes_synced == Some(1))
         .await?;
+    // The agent's /metrics: one manager, a synced pass, when.
+    let metrics = agent.metrics().await?;
+    assert!(metrics.contains("cheiron_node_managers 1\n"), "{metrics}");
+    assert!(
+        metric(&metrics, "cheiron_node_sync_total{result=\"synced\"}") >= 1.0,
+        "{metrics}"
+    );
+    assert!(
+        metric(&metrics, "cheiron_node_last_synced_timestamp_seconds") > 1.7e9,
+        "{metrics}"
+    );
 
     for user in ["second", "third"] {
         s.replace_secret_data(&sources, "node-pull", &pull_secret(user))
@@ -477,5 +493,22 @@ async fn a_rotated_source_reaches_the_node_through_the_watch_long_before_the_res
         }
     })
     .await?;
+    s.eventually("no manager in the agent's metrics", || async {
+        let metrics = agent.metrics().await?;
+        if metrics.contains("cheiron_node_managers 0\n") {
+            Ok(())
+        } else {
+            Err(metrics.into())
+        }
+    })
+    .await?;
     delete_nodes(&s, &[&node]).await
+}
+
+/// The value of the sample `name` (with its labels) in a Prometheus text, 0 without it.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.split(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
 }

@@ -92,19 +92,18 @@ impl CheironProcess {
         Self::spawn(host, name, &command_line, admin, None)
     }
 
-    /// Starts `cheiron node-agent ARGS...` as `admin` of the shared cluster. It serves no
-    /// admin port: [`Self::admin`] names a free port nothing listens on. Does not wait.
+    /// Starts `cheiron node-agent --admin-listen 127.0.0.1:PORT ARGS...` as `admin` of the
+    /// shared cluster. Does not wait.
     pub fn node_agent(name: &str, args: &[&str]) -> Result<Self> {
-        let [unused] = free_ports()?;
-        let mut command_line = vec!["node-agent".to_owned()];
+        let [admin_port] = free_ports()?;
+        let admin = SocketAddr::from(([127, 0, 0, 1], admin_port));
+        let mut command_line = vec![
+            "node-agent".to_owned(),
+            "--admin-listen".to_owned(),
+            admin.to_string(),
+        ];
         command_line.extend(args.iter().map(|a| (*a).to_owned()));
-        Self::spawn(
-            &Host::shared()?,
-            name,
-            &command_line,
-            SocketAddr::from(([127, 0, 0, 1], unused)),
-            None,
-        )
+        Self::spawn(&Host::shared()?, name, &command_line, admin, None)
     }
 
     /// Starts `cheiron run` (webhook and controller in one process) serving the webhook on
