@@ -512,3 +512,173 @@ fn metric(text: &str, name: &str) -> f64 {
         .and_then(|v| v.split(' ').next()?.parse().ok())
         .unwrap_or(0.0)
 }
+
+/// The agent under exactly the RBAC `cheiron manifests --node` gives it (impersonating its
+/// ServiceAccount), with its Secret Role narrowed to the one source by name (the chart's
+/// `node.secretNames`): it reads and watches that Secret by its `metadata.name` field
+/// selector, writes its report Lease, and cannot read another Secret of the namespace.
+#[tokio::test]
+async fn an_agent_works_with_only_the_manifests_rbac_narrowed_to_its_secret() -> Result {
+    use cheiron::install::{DeploymentMode, Install, NodeAgentSetup};
+    use k8s_openapi::api::{
+        core::v1::{Secret, ServiceAccount},
+        rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding},
+    };
+
+    let s = ControllerScenario::new("node-rbac").await?;
+    let own = s.create_namespace(&[], &[]).await?;
+    let sources = s.create_namespace(&[], &[]).await?;
+    s.create_secret(&sources, &pull_secret("first")).await?;
+    let mut other = pull_secret("other");
+    other.metadata.name = Some("not-a-source".to_owned());
+    s.create_secret(&sources, &other).await?;
+
+    // `cheiron manifests --node --namespace OWN --node-secret-namespace SOURCES`, its
+    // cluster-wide names made unique, the Secret Role narrowed to `node-pull`.
+    let install = Install {
+        namespace: own.clone(),
+        node_agent: Some(NodeAgentSetup {
+            secret_namespaces: vec![sources.clone()],
+        }),
+        ..Install::default()
+    };
+    let cluster_name = s.unique_name("node-agent");
+    let client = s.client().clone();
+    for mut object in install.server_objects_for(DeploymentMode::Split)? {
+        if object["metadata"]["labels"]["app.kubernetes.io/component"] != "node-agent" {
+            continue;
+        }
+        let pp = PostParams::default();
+        match object["kind"].as_str().unwrap_or_default() {
+            "ServiceAccount" => {
+                let sa: ServiceAccount = serde_json::from_value(object)?;
+                Api::namespaced(client.clone(), &own)
+                    .create(&pp, &sa)
+                    .await?;
+            }
+            "ClusterRole" => {
+                object["metadata"]["name"] = json!(cluster_name);
+                let role: ClusterRole = serde_json::from_value(object)?;
+                Api::all(client.clone()).create(&pp, &role).await?;
+            }
+            "ClusterRoleBinding" => {
+                object["metadata"]["name"] = json!(cluster_name);
+                object["roleRef"]["name"] = json!(cluster_name);
+                let binding: ClusterRoleBinding = serde_json::from_value(object)?;
+                Api::all(client.clone()).create(&pp, &binding).await?;
+            }
+            "Role" => {
+                if object["metadata"]["namespace"] == sources.as_str() {
+                    object["rules"][0]["resourceNames"] = json!(["node-pull"]);
+                }
+                let role: Role = serde_json::from_value(object)?;
+                let namespace = role.metadata.namespace.clone().unwrap_or_default();
+                Api::namespaced(client.clone(), &namespace)
+                    .create(&pp, &role)
+                    .await?;
+            }
+            "RoleBinding" => {
+                let binding: RoleBinding = serde_json::from_value(object)?;
+                let namespace = binding.metadata.namespace.clone().unwrap_or_default();
+                Api::namespaced(client.clone(), &namespace)
+                    .create(&pp, &binding)
+                    .await?;
+            }
+            _ => {}
+        }
+    }
+
+    // A kubeconfig acting as the agent's ServiceAccount.
+    let host = crate::harness::controller::Host::shared()?;
+    let mut kubeconfig = kube::config::Kubeconfig::read_from(&host.kubeconfig)?;
+    for user in &mut kubeconfig.auth_infos {
+        if let Some(auth) = user.auth_info.as_mut() {
+            auth.impersonate = Some(format!(
+                "system:serviceaccount:{own}:{}",
+                cheiron::install::NODE_AGENT
+            ));
+        }
+    }
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("agent.kubeconfig");
+    std::fs::write(&path, serde_json::to_string(&kubeconfig)?)?;
+    let as_agent = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?,
+    )?;
+    let forbidden = Api::<Secret>::namespaced(as_agent.clone(), &sources)
+        .get("not-a-source")
+        .await;
+    assert!(
+        matches!(&forbidden, Err(kube::Error::Api(e)) if e.code == 403),
+        "another Secret of the namespace: {forbidden:?}"
+    );
+
+    let pool = s.unique_name("pool");
+    let node = create_node(&s, &s.unique_name("r"), &pool).await?;
+    let credentials = node.credentials().display().to_string();
+    let _agent = CheironProcess::node_agent_on(
+        &crate::harness::controller::Host {
+            kubeconfig: path.clone(),
+            ..host.clone()
+        },
+        &format!("node-agent-{}", node.name),
+        &[
+            "--node-name",
+            &node.name,
+            "--credentials-file",
+            &credentials,
+            "--pod-namespace",
+            &own,
+            "--resync",
+            "1h",
+        ],
+    )?;
+    let manager = s
+        .apply(&manager_yaml(
+            &s.unique_name("nodes"),
+            s.id(),
+            &pool,
+            &sources,
+        ))
+        .await?;
+    s.eventually("the credentials on the node", || async {
+        match node.logins()? {
+            Some(l) if l == expected_logins("first") => Ok(()),
+            other => Err(format!("{other:?}").into()),
+        }
+    })
+    .await?;
+    // The watch is allowed: a rotation arrives long before the hour's resync.
+    s.replace_secret_data(&sources, "node-pull", &pull_secret("second"))
+        .await?;
+    s.eventually("the rotation on the node", || async {
+        match node.logins()? {
+            Some(l) if l == expected_logins("second") => Ok(()),
+            other => Err(format!("{other:?}").into()),
+        }
+    })
+    .await?;
+    let lease = Api::<Lease>::namespaced(client.clone(), &own)
+        .get(&format!("cheiron-node-{}", node.name))
+        .await?;
+    let report = lease
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .remove("node.cheiron.anny.co/report")
+        .ok_or("no report")?;
+    assert!(report.contains("\"synced\":true"), "{report}");
+
+    let object = s.manager(&manager).await?.ok_or("manager gone early")?;
+    s.delete_manager(&object).await?;
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .delete(&cluster_name, &DeleteParams::default())
+        .await?;
+    Api::<ClusterRole>::all(client.clone())
+        .delete(&cluster_name, &DeleteParams::default())
+        .await?;
+    Api::<Node>::all(client)
+        .delete(&node.name, &DeleteParams::default())
+        .await?;
+    Ok(())
+}

@@ -95,6 +95,11 @@ impl CheironProcess {
     /// Starts `cheiron node-agent --admin-listen 127.0.0.1:PORT ARGS...` as `admin` of the
     /// shared cluster. Does not wait.
     pub fn node_agent(name: &str, args: &[&str]) -> Result<Self> {
+        Self::node_agent_on(&Host::shared()?, name, args)
+    }
+
+    /// [`CheironProcess::node_agent`] on `host` (e.g. with a kubeconfig of another identity).
+    pub fn node_agent_on(host: &Host, name: &str, args: &[&str]) -> Result<Self> {
         let [admin_port] = free_ports()?;
         let admin = SocketAddr::from(([127, 0, 0, 1], admin_port));
         let mut command_line = vec![
@@ -103,7 +108,7 @@ impl CheironProcess {
             admin.to_string(),
         ];
         command_line.extend(args.iter().map(|a| (*a).to_owned()));
-        Self::spawn(&Host::shared()?, name, &command_line, admin, None)
+        Self::spawn(host, name, &command_line, admin, None)
     }
 
     /// Starts `cheiron run` (webhook and controller in one process) serving the webhook on
