@@ -397,7 +397,10 @@ impl Fleet {
             let selected = selector.as_ref().is_some_and(|s| s.matches(labels));
             let role = match (&member.workload, selected) {
                 (Some(Ok(w)), true) => Role::Selected(w.clone()),
-                (Some(Ok(w)), false) => Role::Unselected(w.clone()),
+                // Cleaned only where the manager may have copies: a manager that never selected
+                // the cluster has nothing to clean there, and must not be held up (or report
+                // it, or keep its connection) when the cluster is down.
+                (Some(Ok(w)), false) if holds(name) => Role::Unselected(w.clone()),
                 (Some(Err(why)), selected) if selected || holds(name) => Role::Unusable {
                     why: why.clone(),
                     selected,

@@ -849,9 +849,42 @@ async fn a_deleted_manager_waits_for_an_unreachable_cluster_only_until_the_clean
     until_synced(&lost, &apps, &v1, REACH).await?;
     until_cluster_status(&s, &manager, &lost.name, is_ready, REACH).await?;
 
+    // A manager of this cluster only, which never selected a workload cluster.
+    let local = s
+        .apply(&s.cluster_manager(
+            "fleet-timeout-local",
+            &format!(
+                "  secrets:
+    - existingSecretRef:
+        name: {COPY}
+        namespace: {sources}
+"
+            ),
+        ))
+        .await?;
+
     // The cluster goes away, then the manager is deleted: the cleanup there fails and holds
     // the deletion, but only until --fleet-cleanup-timeout (10 s).
     lost.stop();
+    // The local manager, reconciled while the cluster is down, has nothing to clean there: it
+    // neither reports the cluster nor keeps a connection to it (checked below).
+    let managers: Api<DynamicObject> = Api::all_with(
+        s.client().clone(),
+        &ApiResource::erase::<cheiron::api::ClusterImagePullSecretManager>(&()),
+    );
+    managers
+        .patch(
+            &local.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"excludeNamespaces": ["e2e-none-*"]}})),
+        )
+        .await?;
+    s.until_status(
+        &local,
+        "its new generation, no workload cluster",
+        |status| status.clusters.is_empty(),
+    )
+    .await?;
     let (object, _) = s.manager_status(&manager).await?;
     let uid = object.uid();
     let api: Api<DynamicObject> = Api::all_with(
@@ -887,6 +920,11 @@ async fn a_deleted_manager_waits_for_an_unreachable_cluster_only_until_the_clean
         "{note}"
     );
     until_connections(&controller, 0).await?;
+    let (_, status) = s.manager_status(&local).await?;
+    assert!(status.clusters.is_empty(), "{:?}", status.clusters);
+    managers
+        .delete(&local.name, &DeleteParams::default())
+        .await?;
 
     // What the Event says was left is there when the cluster comes back, and stays.
     lost.start().await?;
