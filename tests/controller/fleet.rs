@@ -168,14 +168,7 @@ async fn a_manager_in_the_management_cluster_keeps_two_workload_clusters_in_step
     let mut west = cluster.start_workload(&s.unique_name("west")).await?;
     let capi = s.create_namespace(&[], &[]).await?;
     for w in [&east, &west] {
-        write_kubeconfig_secret(
-            s.client(),
-            &capi,
-            &w.name,
-            &w.kubeconfig(),
-            &[("env", "prod")],
-        )
-        .await?;
+        write_prod_kubeconfig(&s, &capi, &w.name, &w.kubeconfig()).await?;
     }
     // A Secret of CAPI's that is not a kubeconfig (the cluster's CA): never read.
     let ca = Secret {
@@ -318,14 +311,7 @@ async fn a_manager_in_the_management_cluster_keeps_two_workload_clusters_in_step
     assert_eq!(unreachable.len(), 1, "{unreachable:?}");
 
     // A bad kubeconfig is reported without its content; the rotated one is picked up.
-    write_kubeconfig_secret(
-        s.client(),
-        &capi,
-        &west.name,
-        &west.bad_kubeconfig(),
-        &[("env", "prod")],
-    )
-    .await?;
+    write_prod_kubeconfig(&s, &capi, &west.name, &west.bad_kubeconfig()).await?;
     let bad = until_cluster_status(
         &s,
         &manager,
@@ -370,14 +356,7 @@ async fn a_manager_in_the_management_cluster_keeps_two_workload_clusters_in_step
         !format!("{events:?}").contains("not-a-known-token"),
         "the token appears in {events:?}"
     );
-    write_kubeconfig_secret(
-        s.client(),
-        &capi,
-        &west.name,
-        &west.rotated_kubeconfig(),
-        &[("env", "prod")],
-    )
-    .await?;
+    write_prod_kubeconfig(&s, &capi, &west.name, &west.rotated_kubeconfig()).await?;
     until_cluster_status(&s, &manager, &west.name, is_ready, CATCH_UP).await?;
     let v4 = json!({"registry.example.com": registry_entry("fleet", "v4", None)});
     s.replace_secret_data(&sources, COPY, &dockerconfigjson_secret(COPY, &v4))
@@ -517,6 +496,17 @@ fn start_fleet_controller(
     ];
     args.extend(extra);
     CheironProcess::controller(&s.unique_name(name), &args)
+}
+
+/// Writes the kubeconfig Secret of the workload cluster `name` into `capi`, labelled
+/// `env: prod` (what the managers of these tests select).
+async fn write_prod_kubeconfig(
+    s: &ControllerScenario,
+    capi: &str,
+    name: &str,
+    kubeconfig: &str,
+) -> Result<Secret> {
+    write_kubeconfig_secret(s.client(), capi, name, kubeconfig, &[("env", "prod")]).await
 }
 
 /// A cluster manager `name` copying the source [`COPY`] of `sources` into the workload
@@ -695,14 +685,7 @@ async fn a_cluster_refusing_writes_holds_up_no_other_and_unselected_clusters_get
     let mut far = cluster.start_workload(&s.unique_name("far")).await?;
     let capi = s.create_namespace(&[], &[]).await?;
     for w in [&near, &far] {
-        write_kubeconfig_secret(
-            s.client(),
-            &capi,
-            &w.name,
-            &w.kubeconfig(),
-            &[("env", "prod")],
-        )
-        .await?;
+        write_prod_kubeconfig(&s, &capi, &w.name, &w.kubeconfig()).await?;
     }
     // A cluster no manager selects (its kubeconfig works: it reaches near's apiserver).
     let idle = s.unique_name("idle");
@@ -822,14 +805,7 @@ async fn a_deleted_manager_waits_for_an_unreachable_cluster_only_until_the_clean
     let cluster = s.cluster()?;
     let mut lost = cluster.start_workload(&s.unique_name("lost")).await?;
     let capi = s.create_namespace(&[], &[]).await?;
-    write_kubeconfig_secret(
-        s.client(),
-        &capi,
-        &lost.name,
-        &lost.kubeconfig(),
-        &[("env", "prod")],
-    )
-    .await?;
+    write_prod_kubeconfig(&s, &capi, &lost.name, &lost.kubeconfig()).await?;
     let apps = s.unique_name("apps");
     workload_namespace(&lost.client()?, s.id(), &apps).await?;
     let sources = s.create_namespace(&[], &[]).await?;

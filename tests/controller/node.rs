@@ -140,6 +140,23 @@ fn pull_secret(user: &str) -> k8s_openapi::api::core::v1::Secret {
     )
 }
 
+/// Waits until `node`'s credentials file holds `expected` (`None`: until it is gone).
+async fn until_logins(
+    s: &ControllerScenario,
+    node: &FakeNode,
+    what: impl std::fmt::Display,
+    expected: Option<Value>,
+) -> Result<()> {
+    let expected = &expected;
+    s.eventually(what, || async move {
+        match node.logins()? {
+            l if l == *expected => Ok(()),
+            other => Err(format!("{other:?}").into()),
+        }
+    })
+    .await
+}
+
 fn expected_logins(user: &str) -> Value {
     json!({
         "registry.example.com": [user, format!("{user}-password")],
@@ -447,12 +464,12 @@ async fn a_rotated_source_reaches_the_node_through_the_watch_long_before_the_res
             &sources,
         ))
         .await?;
-    s.eventually("the first credentials on the node", || async {
-        match node.logins()? {
-            Some(l) if l == expected_logins("first") => Ok(()),
-            other => Err(format!("{other:?}").into()),
-        }
-    })
+    until_logins(
+        &s,
+        &node,
+        "the first credentials on the node",
+        Some(expected_logins("first")),
+    )
     .await?;
     s.until_status(&manager, "the node synced", |st| st.nodes_synced == Some(1))
         .await?;
@@ -471,12 +488,12 @@ async fn a_rotated_source_reaches_the_node_through_the_watch_long_before_the_res
     for user in ["second", "third"] {
         s.replace_secret_data(&sources, "node-pull", &pull_secret(user))
             .await?;
-        s.eventually(format!("the {user} credentials on the node"), || async {
-            match node.logins()? {
-                Some(l) if l == expected_logins(user) => Ok(()),
-                other => Err(format!("{other:?}").into()),
-            }
-        })
+        until_logins(
+            &s,
+            &node,
+            format!("the {user} credentials on the node"),
+            Some(expected_logins(user)),
+        )
         .await?;
     }
     s.until_status(&manager, "the node synced after the rotations", |st| {
@@ -486,13 +503,7 @@ async fn a_rotated_source_reaches_the_node_through_the_watch_long_before_the_res
 
     let object = s.manager(&manager).await?.ok_or("manager gone early")?;
     s.delete_manager(&object).await?;
-    s.eventually("no credentials on the node", || async {
-        match node.logins()? {
-            None => Ok(()),
-            other => Err(format!("{other:?}").into()),
-        }
-    })
-    .await?;
+    until_logins(&s, &node, "no credentials on the node", None).await?;
     s.eventually("no manager in the agent's metrics", || async {
         let metrics = agent.metrics().await?;
         if metrics.contains("cheiron_node_managers 0\n") {
@@ -641,22 +652,22 @@ async fn an_agent_works_with_only_the_manifests_rbac_narrowed_to_its_secret() ->
             &sources,
         ))
         .await?;
-    s.eventually("the credentials on the node", || async {
-        match node.logins()? {
-            Some(l) if l == expected_logins("first") => Ok(()),
-            other => Err(format!("{other:?}").into()),
-        }
-    })
+    until_logins(
+        &s,
+        &node,
+        "the credentials on the node",
+        Some(expected_logins("first")),
+    )
     .await?;
     // The watch is allowed: a rotation arrives long before the hour's resync.
     s.replace_secret_data(&sources, "node-pull", &pull_secret("second"))
         .await?;
-    s.eventually("the rotation on the node", || async {
-        match node.logins()? {
-            Some(l) if l == expected_logins("second") => Ok(()),
-            other => Err(format!("{other:?}").into()),
-        }
-    })
+    until_logins(
+        &s,
+        &node,
+        "the rotation on the node",
+        Some(expected_logins("second")),
+    )
     .await?;
     let lease = Api::<Lease>::namespaced(client.clone(), &own)
         .get(&format!("cheiron-node-{}", node.name))
