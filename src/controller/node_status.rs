@@ -32,7 +32,7 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use super::{plan::FIELD_MANAGER, source_key};
+use super::plan::FIELD_MANAGER;
 use crate::{
     api::{ClusterImagePullSecretManager, Mode},
     message,
@@ -158,14 +158,7 @@ fn reports(leases: &[Arc<Lease>]) -> HashMap<String, NodeReport> {
 
 /// The manager's current sources fingerprint, `None` when a source cannot be read.
 async fn fingerprint(client: &Client, manager: &ClusterImagePullSecretManager) -> Option<String> {
-    let mut keys: Vec<(String, String)> = manager
-        .spec
-        .secrets
-        .iter()
-        .filter_map(|e| source_key(e, None))
-        .collect();
-    keys.sort();
-    keys.dedup();
+    let keys = report::source_keys(manager);
     let mut sources = Vec::with_capacity(keys.len());
     for (namespace, name) in keys {
         let api: Api<k8s_openapi::api::core::v1::Secret> =

@@ -178,14 +178,7 @@ impl Agent {
 
     async fn read(&mut self, manager: &ClusterImagePullSecretManager) -> Given {
         let uid = manager.uid().unwrap_or_default();
-        let mut keys: Vec<SourceKey> = manager
-            .spec
-            .secrets
-            .iter()
-            .filter_map(|e| source_key(e, None))
-            .collect();
-        keys.sort();
-        keys.dedup();
+        let keys = super::report::source_keys(manager);
         let fresh = match self.fetch(&keys).await {
             Err(problem) => Err(problem),
             Ok((fetched, versions)) => {

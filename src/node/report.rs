@@ -22,7 +22,24 @@ use kube::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::api::{ClusterImagePullSecretManager, Mode, NodeStatus};
+use crate::{
+    api::{ClusterImagePullSecretManager, Mode, NodeStatus},
+    controller::{SourceKey, source_key},
+};
+
+/// The source Secrets a mode Node manager reads, sorted and without repeats: what the agent
+/// fetches and watches, and what the fingerprint of its report covers.
+pub fn source_keys(manager: &ClusterImagePullSecretManager) -> Vec<SourceKey> {
+    let mut keys: Vec<SourceKey> = manager
+        .spec
+        .secrets
+        .iter()
+        .filter_map(|e| source_key(e, None))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
 
 /// The annotation of a node's Lease holding its [`NodeReport`] (JSON).
 pub const REPORT_ANNOTATION: &str = "node.cheiron.anny.co/report";
