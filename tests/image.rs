@@ -1,7 +1,9 @@
 //! The container image, as `scripts/image` writes it: read from the archive named by
-//! `CHEIRON_IMAGE_ARCHIVE`, never rebuilt here (a release build does not belong inside
-//! `cargo test`). CI runs `scripts/image` first and exports the variable; without it every test
-//! fails and says so.
+//! `CHEIRON_IMAGE_ARCHIVE`, or, when that is not set, built once by running `scripts/image`
+//! (the first run builds static release binaries and crane, about 15 minutes here; later runs
+//! reuse both), so the README's `cargo test --workspace` passes on a fresh clone. CI runs
+//! `scripts/image` first and exports the variable. A build that fails makes every test fail
+//! with the script's error.
 //!
 //! - the archive: an OCI image layout whose blobs match their digests, plus the Docker
 //!   `manifest.json` naming the same config, layer and tag, so `docker load` and `podman load`
@@ -66,25 +68,47 @@ fn image() -> Result<&'static Image, String> {
     static IMAGE: OnceLock<Result<Image, String>> = OnceLock::new();
     IMAGE
         .get_or_init(|| {
-            let path = std::env::var_os(ENV)
-                .filter(|p| !p.is_empty())
-                .ok_or_else(|| {
-                    format!(
-                        "{ENV} is not set: these tests read the image archive that scripts/image \
-                     builds. Run `{ENV}=$(scripts/image) cargo test --test image` (the first \
-                     run builds release binaries and crane, see docs/image.md), or set {ENV} to \
-                     an archive scripts/image wrote before."
-                    )
-                })?;
-            load(Path::new(&path)).map_err(|e| {
+            let path = match std::env::var_os(ENV).filter(|p| !p.is_empty()) {
+                Some(path) => PathBuf::from(path),
+                None => build_archive()?,
+            };
+            load(&path).map_err(|e| {
                 format!(
                     "cannot read the image archive {} ({ENV}): {e}; rebuild it with scripts/image",
-                    Path::new(&path).display()
+                    path.display()
                 )
             })
         })
         .as_ref()
         .map_err(Clone::clone)
+}
+
+/// Runs `scripts/image` (what CI runs before the tests) and returns the archive it wrote.
+fn build_archive() -> Result<PathBuf, String> {
+    let script = repo().join("scripts/image");
+    eprintln!(
+        "{ENV} is not set: building the image with {} (cached after the first run; \
+         set {ENV} to an archive it wrote to skip this)",
+        script.display()
+    );
+    let output = Command::new(&script)
+        .current_dir(repo())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{} failed ({}); its error is above. Fix it, or set {ENV} to an archive \
+             scripts/image wrote before (docs/image.md)",
+            script.display(),
+            output.status
+        ));
+    }
+    let path = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    if path.is_empty() {
+        return Err(format!("{} printed no archive path", script.display()));
+    }
+    Ok(PathBuf::from(path))
 }
 
 fn load(path: &Path) -> Result<Image, Box<dyn Error>> {
