@@ -218,6 +218,9 @@ pub struct ReconcileMetrics {
     pub duration: HistogramFamily<ReconcileLabels>,
     /// `cheiron_secrets_written_total`: Secrets created or updated.
     pub secrets_written: Counter,
+    /// `cheiron_secrets_repaired_total`: copies whose data someone else changed, found and
+    /// written again.
+    pub secrets_repaired: Counter,
     /// `cheiron_service_accounts_patched_total`: ServiceAccounts whose pull secrets changed.
     pub service_accounts_patched: Counter,
 }
@@ -405,6 +408,7 @@ impl Metrics {
             issues: Family::default(),
             duration: Family::new_with_constructor(|| Histogram::new(RECONCILE_BUCKETS)),
             secrets_written: Counter::default(),
+            secrets_repaired: Counter::default(),
             service_accounts_patched: Counter::default(),
         };
         let certificate_expiry = Gauge::default();
@@ -457,6 +461,11 @@ impl Metrics {
             "secrets_written",
             "Pull secrets created or updated by cheiron",
             reconcile.secrets_written.clone(),
+        );
+        registry.register(
+            "secrets_repaired",
+            "Pull secret copies whose data someone else changed, written again by cheiron",
+            reconcile.secrets_repaired.clone(),
         );
         registry.register(
             "service_accounts_patched",
@@ -646,6 +655,7 @@ mod tests {
             r#"cheiron_reconcile_errors_total{kind="ClusterImagePullSecretManager",error="api"} 1"#,
             r#"cheiron_reconcile_issues_total{issue="unmanaged_secret"} 1"#,
             "cheiron_secrets_written_total 1",
+            "cheiron_secrets_repaired_total 0",
             "cheiron_service_accounts_patched_total 0",
             "cheiron_certificate_expiry_timestamp_seconds 1900000000",
             "# TYPE cheiron_audit_findings gauge",

@@ -4,9 +4,14 @@
 //! [`is_managed`]) are ever updated, and only a manager's own (see [`belongs_to`]) deleted; a
 //! name taken by anything else is discovered when the create fails.
 //!
-//! The plan reads cheiron's Secrets as metadata only (the cache holds no Secret data): a copy
-//! is current when its content-hash annotation matches what is wanted and no one but cheiron
-//! has written its data since (the apiserver's `managedFields` say who owns `data`).
+//! The plan reads cheiron's Secrets as metadata only (the cache holds no Secret data). A copy
+//! whose content-hash annotation, labels and owner are as wanted is current when cheiron knows
+//! its data at its present `resourceVersion` (it wrote that version, or read it and found it as
+//! wanted: [`SecretMetadata::data_checked`]). Any other version means someone changed the
+//! Secret, whatever verb and field manager they used, and may have changed the data while
+//! keeping the annotation: when the `managedFields` show another field manager owning `data`,
+//! the copy is written again at once; otherwise it is read ([`Plan::checks`]) and written again
+//! only if its data is not what is wanted.
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -119,9 +124,22 @@ pub trait SecretMetadata {
     /// True when someone other than cheiron has written its data (after
     /// [`keep_data_owners`]). Without `managedFields` nothing can be told: false.
     fn data_written_by_others(&self) -> bool {
-        self.data_owners()
-            .any(|manager| manager != Some(FIELD_MANAGER))
+        written_by_others(self.data_owners())
     }
+
+    /// True when cheiron knows the data at the present `resourceVersion` to be its own: it
+    /// wrote that version, or read it and found the data as wanted. The controller's records
+    /// remember this ([`super::secrets::SecretCache::checked`]); bare metadata has no such
+    /// memory, and goes by its `managedFields` alone.
+    fn data_checked(&self) -> bool {
+        !self.data_written_by_others()
+    }
+}
+
+/// True when one of `data_owners` (the field managers owning a Secret's `data`) is not
+/// cheiron's.
+pub fn written_by_others<'a>(mut data_owners: impl Iterator<Item = Option<&'a str>>) -> bool {
+    data_owners.any(|manager| manager != Some(FIELD_MANAGER))
 }
 
 impl SecretMetadata for ObjectMeta {
@@ -305,6 +323,35 @@ pub struct Plan {
     pub held: Vec<(String, String)>,
     /// Secrets already as wanted.
     pub unchanged: usize,
+    /// Of `updates`, the copies whose data another field manager wrote (`managedFields`).
+    pub repairs: usize,
+    /// Copies whose metadata is as wanted but whose data cheiron does not know at their present
+    /// `resourceVersion` (someone changed them, or the controller has just started): read,
+    /// and written again only if the data is not what is wanted.
+    pub checks: Vec<Check>,
+}
+
+/// A copy to read before deciding whether to write it (see [`Plan::checks`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Check {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The index of what it should hold in the plan's `desired`.
+    pub desired: usize,
+}
+
+/// True when `secret`'s data is exactly the `.dockerconfigjson` `content` and nothing else.
+pub fn holds_exactly(secret: &Secret, content: &[u8]) -> bool {
+    secret.type_.as_deref() == Some(DOCKER_CONFIG_JSON)
+        && secret.string_data.is_none()
+        && secret.data.as_ref().is_some_and(|data| {
+            data.len() == 1
+                && data
+                    .get(DOCKER_CONFIG_JSON_KEY)
+                    .is_some_and(|value| value.0 == content)
+        })
 }
 
 /// True when `manager` acts on `namespace`: in scope, not opted out.
@@ -365,17 +412,17 @@ fn is_cheiron_owner(reference: &OwnerReference) -> bool {
         .is_some_and(|version| version.starts_with('/'))
 }
 
-/// True when the Secret whose metadata is `current` already is what `manager` wants: content
-/// of hash `hash`, labelled with its [`owner_labels`] (and no manager namespace on a cluster
-/// manager's: what [`SecretMetadata::labelled_for`] checks), owned by `owner`.
-fn up_to_date(
+/// True when the metadata `current` is what `manager` wants: content-hash annotation `hash`,
+/// labelled with its [`owner_labels`] (and no manager namespace on a cluster manager's: what
+/// [`SecretMetadata::labelled_for`] checks), owned by `owner`. Whether the data matches the
+/// annotation is another question ([`SecretMetadata::data_checked`]).
+fn metadata_as_wanted(
     current: &impl SecretMetadata,
     hash: &str,
     manager: &ManagerId,
     owner: &OwnerReference,
 ) -> bool {
     current.content_hash_is(hash)
-        && !current.data_written_by_others()
         && current.labelled_for(manager)
         && current.owned_only_by(&owner.uid)
 }
@@ -383,7 +430,7 @@ fn up_to_date(
 /// The Secret whose metadata is `current` changed into what `manager` wants, keeping the
 /// labels, annotations and owners others put on it. Replaced under `current`'s
 /// `resourceVersion`, so a concurrent change makes the write fail instead of being lost.
-fn updated(
+pub fn updated(
     current: &impl SecretMetadata,
     content: &[u8],
     manager: &ManagerId,
@@ -594,9 +641,26 @@ pub fn plan_targets<S: SecretMetadata>(
                     .creates
                     .push(secret(ns, &wanted.name, content, me, owner)),
                 Some(current)
-                    if up_to_date(current, hashes[i].as_deref().unwrap_or(""), me, owner) =>
+                    if metadata_as_wanted(
+                        current,
+                        hashes[i].as_deref().unwrap_or(""),
+                        me,
+                        owner,
+                    ) =>
                 {
-                    out.unchanged += 1
+                    if current.data_checked() {
+                        out.unchanged += 1;
+                    } else if current.data_written_by_others() {
+                        // Another field manager wrote the data: no need to read it first.
+                        out.repairs += 1;
+                        out.updates.push(updated(current, content, me, owner));
+                    } else {
+                        out.checks.push(Check {
+                            namespace: ns.to_owned(),
+                            name: wanted.name.clone(),
+                            desired: i,
+                        });
+                    }
                 }
                 Some(current) => out.updates.push(updated(current, content, me, owner)),
             }

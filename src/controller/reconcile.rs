@@ -33,7 +33,8 @@ use super::{
     secrets::SecretRecord,
     status::{self, Findings, reason},
     write::{
-        ServiceAccountReport, backfill, delete_secret, fetch_sources, prune, remove, write_secrets,
+        ServiceAccountReport, backfill, check_copies, delete_secret, fetch_sources, prune, remove,
+        write_secrets,
     },
 };
 use crate::{
@@ -249,11 +250,16 @@ pub(super) async fn sync_in(
         claimants,
         &target.secrets.relevant(id, compiled.secret_names()),
     );
-    let (creates, updates) = (
+    let (creates, mut updates) = (
         std::mem::take(&mut plan.creates),
         std::mem::take(&mut plan.updates),
     );
-    let mut issues = write_secrets(target, id, creates, updates).await;
+    let checks = std::mem::take(&mut plan.checks);
+    let (repairs, mut issues) = check_copies(target, id, owner, desired, checks).await;
+    updates.extend(repairs);
+    let repaired = u64::try_from(plan.repairs).unwrap_or(u64::MAX);
+    target.metrics.reconcile.secrets_repaired.inc_by(repaired);
+    issues.extend(write_secrets(target, id, creates, updates).await);
     for lost in &plan.lost {
         issues.push(Issue::new(
             IssueKind::ClaimedByOlder,

@@ -6,9 +6,17 @@
 //!
 //! Only Secrets a manager owns are kept ([`is_managed`]): the watch's label selector admits
 //! anything labelled like cheiron's, and a look-alike costs nothing here.
+//!
+//! The cache holds no data, so it also remembers, in 8 bytes per Secret, the `resourceVersion`
+//! at which cheiron last knew the data to be its own ([`SecretCache::checked`]): the version its
+//! own write returned, or the one at which it read the data and found it as wanted. Any other
+//! version (a `kubectl edit`, a `replace`, a patch or an apply, whoever's field manager it names)
+//! means the data may have changed, and the plan has it read again (see `plan`).
 
 use std::{
     collections::{HashMap, HashSet},
+    hash::{Hash, Hasher},
+    num::NonZeroU64,
     sync::{Arc, RwLock},
 };
 
@@ -19,7 +27,9 @@ use kube::runtime::watcher;
 
 use super::{
     interned::Strings,
-    plan::{SecretMeta, SecretMetadata, is_managed, keep_data_owners, labelled_owner},
+    plan::{
+        SecretMeta, SecretMetadata, is_managed, keep_data_owners, labelled_owner, written_by_others,
+    },
 };
 use crate::{
     api::{annotation, label},
@@ -58,6 +68,18 @@ pub struct SecretRecord {
     /// itself: a plan over 10 000 namespaces spent most of its time waiting on memory while
     /// it followed each record's boxes of owners, annotations and field managers.
     verdicts: Verdicts,
+    /// The [`stamp`] of the `resourceVersion` at which cheiron last knew its data to be its own
+    /// (written by it, or read and found as wanted); carried from one record of the Secret to
+    /// the next, so it stops matching as soon as anyone changes the Secret.
+    checked: Option<NonZeroU64>,
+}
+
+/// A `resourceVersion` in 8 bytes. Versions are opaque strings the apiserver picks (no client
+/// chooses one), so a 64-bit hash of two of one Secret's versions colliding is not a concern.
+fn stamp(resource_version: &str) -> NonZeroU64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    resource_version.hash(&mut hasher);
+    NonZeroU64::new(hasher.finish()).unwrap_or(NonZeroU64::MIN)
 }
 
 /// See [`SecretRecord::verdicts`].
@@ -138,6 +160,7 @@ impl SecretRecord {
                 content_hash: None,
                 data_written_by_others: false,
             },
+            checked: None,
         };
         let mut cheiron_owners = record.owners.iter().filter(|o| o.cheiron);
         record.verdicts = Verdicts {
@@ -148,7 +171,11 @@ impl SecretRecord {
             },
             content_hash: SecretMetadata::annotation(&record, annotation::CONTENT_HASH)
                 .map(|hash| strings.share(hash)),
-            data_written_by_others: SecretMetadata::data_written_by_others(&record),
+            // From the field managers themselves: `SecretMetadata::data_written_by_others` of
+            // a record answers from its verdicts, which are being worked out here.
+            data_written_by_others: written_by_others(
+                record.data_owners.iter().map(|m| m.as_deref()),
+            ),
         };
         record.owner = labelled_owner(&record).map(|id| {
             let shared = |key: &str| {
@@ -225,6 +252,9 @@ impl SecretMetadata for SecretRecord {
     }
     fn data_written_by_others(&self) -> bool {
         self.verdicts.data_written_by_others
+    }
+    fn data_checked(&self) -> bool {
+        self.checked.is_some() && self.checked == self.resource_version.as_deref().map(stamp)
     }
     fn labelled_for(&self, manager: &ManagerId) -> bool {
         self.owner.as_ref().is_some_and(|(kind, name, namespace)| {
@@ -343,11 +373,35 @@ impl Indexed {
     }
 }
 
+impl Indexed {
+    /// The [`SecretRecord::checked`] stamp of the Secret at `key`, if one is held.
+    fn checked(&self, (namespace, name): &Key) -> Option<NonZeroU64> {
+        self.get(namespace, name).and_then(|r| r.checked)
+    }
+
+    /// Sets the checked stamp of the Secret at `namespace/name`; false when none is held.
+    fn set_checked(&mut self, namespace: &str, name: &str, checked: NonZeroU64) -> bool {
+        let Some(record) = self.get(namespace, name) else {
+            return false;
+        };
+        if record.checked != Some(checked) {
+            let mut next = SecretRecord::clone(record);
+            next.checked = Some(checked);
+            self.insert(Arc::new(next));
+        }
+        true
+    }
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     current: Indexed,
     /// The Secrets of a (re)list in progress, swapped in at its end.
     relisting: Option<Indexed>,
+    /// Checked stamps of Secrets cheiron wrote before the watch brought them (a create's
+    /// answer comes before its watch event), taken by their first record. One entry per
+    /// create in flight; what a relist leaves unclaimed is dropped (costing one read later).
+    pending: HashMap<Key, NonZeroU64>,
     strings: Strings,
     ready: bool,
 }
@@ -368,6 +422,7 @@ impl SecretCache {
         let Inner {
             current,
             relisting,
+            pending,
             strings,
             ready,
         } = &mut *inner;
@@ -375,8 +430,10 @@ impl SecretCache {
             watcher::Event::Init => *relisting = Some(Indexed::default()),
             watcher::Event::InitApply(s) => {
                 if is_managed(s)
-                    && let Some(record) = SecretRecord::new(s, strings)
+                    && let Some(mut record) = SecretRecord::new(s, strings)
                 {
+                    let key = record.key();
+                    record.checked = pending.remove(&key).or_else(|| current.checked(&key));
                     relisting
                         .get_or_insert_with(Indexed::default)
                         .insert(Arc::new(record));
@@ -386,22 +443,51 @@ impl SecretCache {
                 *current = relisting.take().unwrap_or_default();
                 current.by_name.shrink_to_fit();
                 current.by_owner.shrink_to_fit();
+                pending.clear();
+                pending.shrink_to_fit();
                 strings.sweep();
                 *ready = true;
             }
             watcher::Event::Apply(s) | watcher::Event::Delete(s) => {
-                let record = SecretRecord::new(s, strings)?;
+                let mut record = SecretRecord::new(s, strings)?;
+                let key = record.key();
+                let checked = pending.remove(&key).or_else(|| current.checked(&key));
                 let kept = matches!(event, watcher::Event::Apply(_)) && is_managed(s);
                 let was = if kept {
+                    record.checked = checked;
                     current.insert(Arc::new(record))
                 } else {
-                    current.remove(&record.key())
+                    current.remove(&key)
                 };
                 strings.sweep_if_grown();
                 return (kept || was || is_managed(s)).then(|| s.clone());
             }
         }
         None
+    }
+
+    /// Remembers that the data of `namespace/name` at `resource_version` is cheiron's: the
+    /// version its own write returned, or the one at which it read the data and found it as
+    /// wanted. Until the Secret changes again, a plan takes its content hash at its word.
+    pub fn checked(&self, namespace: &str, name: &str, resource_version: &str) {
+        let Ok(mut inner) = self.inner.write() else {
+            return;
+        };
+        let checked = stamp(resource_version);
+        let Inner {
+            current,
+            relisting,
+            pending,
+            strings,
+            ..
+        } = &mut *inner;
+        let held = current.set_checked(namespace, name, checked);
+        let relisted = relisting
+            .as_mut()
+            .is_some_and(|r| r.set_checked(namespace, name, checked));
+        if !held && !relisted {
+            pending.insert((strings.share(namespace), strings.share(name)), checked);
+        }
     }
 
     /// The Secrets a plan of `manager` reads: those named one of `names` (its own, and
@@ -597,6 +683,102 @@ mod tests {
                 .is_some()
         );
         assert!(cache.all().is_empty());
+    }
+
+    /// `meta(name, true)` at `resource_version`, its data written by `data_managers`.
+    fn at(name: &str, resource_version: &str, data_managers: &[&str]) -> SecretMeta {
+        let mut s = meta(name, true);
+        s.metadata.resource_version = Some(resource_version.to_owned());
+        s.metadata.managed_fields = Some(
+            data_managers
+                .iter()
+                .map(|m| ManagedFieldsEntry {
+                    manager: Some((*m).to_owned()),
+                    fields_v1: Some(FieldsV1(
+                        serde_json::json!({"f:data": {"f:.dockerconfigjson": {}}}),
+                    )),
+                    ..ManagedFieldsEntry::default()
+                })
+                .collect(),
+        );
+        s
+    }
+
+    fn record(cache: &SecretCache, name: &str) -> Result<Arc<SecretRecord>, &'static str> {
+        cache
+            .all()
+            .into_iter()
+            .find(|r| &*r.name == name)
+            .ok_or("not kept")
+    }
+
+    #[test]
+    fn a_record_says_when_another_field_manager_wrote_the_data() -> Result<(), &'static str> {
+        for (managers, others) in [
+            (&["cheiron"][..], false),
+            (&["cheiron", "kubectl-edit"][..], true),
+            (&["kubectl-replace"][..], true),
+            (&["gitops-tool", "cheiron"][..], true),
+        ] {
+            let whole = at("pull", "7", managers);
+            let record = SecretRecord::new(&whole, &mut Strings::default()).ok_or("no record")?;
+            let mut trimmed = whole.metadata.clone();
+            keep_data_owners(&mut trimmed);
+            assert_eq!(record.data_written_by_others(), others, "{managers:?}");
+            assert_eq!(
+                record.data_written_by_others(),
+                trimmed.data_written_by_others(),
+                "{managers:?}: as the metadata says"
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn only_a_version_cheiron_wrote_or_read_counts_as_checked() -> Result<(), &'static str> {
+        let cache = SecretCache::default();
+        cache.apply(&watcher::Event::Init);
+        cache.apply(&watcher::Event::InitApply(at("pull", "7", &["cheiron"])));
+        cache.apply(&watcher::Event::InitDone);
+        assert!(
+            !record(&cache, "pull")?.data_checked(),
+            "listed at start: not known"
+        );
+        cache.checked("team", "pull", "7");
+        assert!(
+            record(&cache, "pull")?.data_checked(),
+            "read and found as wanted"
+        );
+        // Anyone's change, under any field manager's name, cheiron's included.
+        cache.apply(&watcher::Event::Apply(at("pull", "8", &["cheiron"])));
+        assert!(
+            !record(&cache, "pull")?.data_checked(),
+            "a version nobody checked"
+        );
+        // A write's answer before its watch event: the event's record is checked.
+        cache.checked("team", "pull", "9");
+        assert!(!record(&cache, "pull")?.data_checked(), "still at 8");
+        cache.apply(&watcher::Event::Apply(at("pull", "9", &["cheiron"])));
+        assert!(record(&cache, "pull")?.data_checked());
+        // A create's answer before the watch brought the Secret at all.
+        cache.checked("team", "new", "3");
+        cache.apply(&watcher::Event::Apply(at("new", "3", &["cheiron"])));
+        assert!(record(&cache, "new")?.data_checked());
+        // A relist keeps what was checked, at the same version only.
+        cache.apply(&watcher::Event::Init);
+        cache.apply(&watcher::Event::InitApply(at("pull", "9", &["cheiron"])));
+        cache.apply(&watcher::Event::InitApply(at("new", "4", &["cheiron"])));
+        cache.apply(&watcher::Event::InitDone);
+        assert!(record(&cache, "pull")?.data_checked());
+        assert!(
+            !record(&cache, "new")?.data_checked(),
+            "changed while unwatched"
+        );
+        // A Secret deleted and made again is not the one checked.
+        cache.apply(&watcher::Event::Delete(at("pull", "9", &["cheiron"])));
+        cache.apply(&watcher::Event::Apply(at("pull", "11", &["cheiron"])));
+        assert!(!record(&cache, "pull")?.data_checked());
+        Ok(())
     }
 
     #[test]

@@ -18,9 +18,9 @@ use kube::{
 
 use super::{
     context::Context,
-    desired::{Fetched, SourceKey},
+    desired::{DesiredSecret, Fetched, SourceKey},
     error::{ControllerError, Issue, IssueKind},
-    plan::{FIELD_MANAGER, Stale, is_managed},
+    plan::{self, Check, FIELD_MANAGER, Stale, is_managed},
     service_accounts::ServiceAccountRecord,
     serviceaccount,
 };
@@ -72,7 +72,7 @@ pub(super) async fn write_secrets(
     updates: Vec<Secret>,
 ) -> Vec<Issue> {
     enum Outcome {
-        Written,
+        Written(String, String, Option<String>),
         Unmanaged(String, String),
         Failed(Issue),
     }
@@ -112,7 +112,7 @@ pub(super) async fn write_secrets(
                 api.replace(&name, &pp, &secret).await
             };
             match result {
-                Ok(_) => Outcome::Written,
+                Ok(written) => Outcome::Written(namespace, name, written.metadata.resource_version),
                 Err(e) if create && is_status(&e, 409) => match api.get_metadata_opt(&name).await {
                     Ok(Some(existing)) if !is_managed(&existing.metadata) => {
                         Outcome::Unmanaged(namespace, name)
@@ -135,8 +135,12 @@ pub(super) async fn write_secrets(
     let mut issues = Vec::new();
     for outcome in outcomes {
         match outcome {
-            Outcome::Written => {
+            Outcome::Written(namespace, name, resource_version) => {
                 ctx.metrics.reconcile.secrets_written.inc();
+                // The data at this version is what cheiron just wrote.
+                if let Some(version) = resource_version {
+                    ctx.secrets.checked(&namespace, &name, &version);
+                }
             }
             Outcome::Unmanaged(namespace, name) => {
                 if ctx.remember_clash(&namespace, &name) {
@@ -154,6 +158,65 @@ pub(super) async fn write_secrets(
         }
     }
     issues
+}
+
+/// Reads each copy of `checks` (see [`plan::Plan::checks`]) and returns the replacements of
+/// those whose data is not what `desired` says, and what could not be read. A copy found as
+/// wanted is remembered as checked at the version read; one that is gone or no longer cheiron's
+/// (`is_managed`) is left to the watch, never written.
+pub(super) async fn check_copies(
+    ctx: &Context,
+    manager: &ManagerId,
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    desired: &[DesiredSecret],
+    checks: Vec<Check>,
+) -> (Vec<Secret>, Vec<Issue>) {
+    let outcomes: Vec<Result<Option<Secret>, Issue>> = stream::iter(checks)
+        .map(|check| async move {
+            let Some(content) = desired.get(check.desired).and_then(|d| d.content.as_deref())
+            else {
+                return Ok(None);
+            };
+            let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &check.namespace);
+            let fresh = match api.get_opt(&check.name).await {
+                Ok(Some(fresh)) => fresh,
+                Ok(None) => return Ok(None),
+                Err(e) => {
+                    return Err(Issue::new(
+                        IssueKind::SecretWrite,
+                        check.namespace,
+                        format!("reading Secret {}: {}", check.name, api_error(&e)),
+                    ));
+                }
+            };
+            // Replaced by a Secret that is not cheiron's since the cache saw it: its data was
+            // read, but is neither kept, logged nor written over.
+            if !is_managed(&fresh.metadata) {
+                return Ok(None);
+            }
+            if plan::holds_exactly(&fresh, content) {
+                if let Some(version) = &fresh.metadata.resource_version {
+                    ctx.secrets.checked(&check.namespace, &check.name, version);
+                }
+                return Ok(None);
+            }
+            tracing::info!(manager = %manager, namespace = check.namespace, name = check.name, "the data of a copy was changed by someone else; writing it again");
+            ctx.metrics.reconcile.secrets_repaired.inc();
+            Ok(Some(plan::updated(&fresh.metadata, content, manager, owner)))
+        })
+        .buffer_unordered(WRITE_CONCURRENCY)
+        .collect()
+        .await;
+    let mut repairs = Vec::new();
+    let mut issues = Vec::new();
+    for outcome in outcomes {
+        match outcome {
+            Ok(Some(secret)) => repairs.push(secret),
+            Ok(None) => {}
+            Err(issue) => issues.push(issue),
+        }
+    }
+    (repairs, issues)
 }
 
 fn references(sa: &ServiceAccount, name: &str) -> bool {

@@ -28,6 +28,7 @@ mod missing_secrets;
 mod node;
 mod pull_secret_registries;
 mod registry_keys;
+mod repair;
 mod run;
 mod scope;
 mod service_accounts;

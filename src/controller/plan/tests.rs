@@ -586,3 +586,121 @@ fn the_quick_ownership_checks_agree_with_the_labelled_owner() {
         }
     }
 }
+
+/// The controller's record of `secret` at `resource_version`, as its cache holds it after the
+/// watch brought it, and after `checked` if cheiron wrote or read that version.
+fn as_record(
+    mut secret: Secret,
+    resource_version: &str,
+    checked: bool,
+) -> Result<Arc<crate::controller::secrets::SecretRecord>, Box<dyn std::error::Error>> {
+    use crate::controller::secrets::SecretCache;
+    use kube::runtime::watcher;
+    secret.metadata.resource_version = Some(resource_version.to_owned());
+    let (namespace, name) = (
+        secret.metadata.namespace.clone().unwrap_or_default(),
+        secret.metadata.name.clone().unwrap_or_default(),
+    );
+    let cache = SecretCache::default();
+    cache.apply(&watcher::Event::Apply(SecretMeta::clone(&as_meta(secret))));
+    if checked {
+        cache.checked(&namespace, &name, resource_version);
+    }
+    Ok(cache.all().pop().ok_or("not kept")?)
+}
+
+#[test]
+fn a_copy_cheiron_has_not_read_at_its_version_is_read_before_anything_is_written() -> TestResult {
+    let m = cluster("a", "2026-01-01T00:00:00Z", "")?;
+    let copy = || secret("one", "pull", b"v1", &m.id, &owner("u1"));
+    let planned = |record| {
+        plan(
+            &m,
+            &owner("u1"),
+            &[want("pull", Some(b"v1"))],
+            &ns(&["one"]),
+            std::slice::from_ref(&m),
+            &[record],
+        )
+    };
+    // Changed by someone (or never seen by this controller): labels, owner and hash as wanted,
+    // and `managedFields` naming only cheiron, yet the data may be anything.
+    let p = planned(as_record(copy(), "8", false)?);
+    assert_eq!(
+        p.checks,
+        [Check {
+            namespace: "one".into(),
+            name: "pull".into(),
+            desired: 0
+        }]
+    );
+    assert!(p.updates.is_empty() && p.creates.is_empty());
+    assert_eq!(p.unchanged, 0);
+    // At the version cheiron wrote or read: in step, nothing read, nothing written.
+    let p = planned(as_record(copy(), "8", true)?);
+    assert!(p.checks.is_empty() && p.updates.is_empty());
+    assert_eq!(p.unchanged, 1);
+    Ok(())
+}
+
+#[test]
+fn a_record_of_a_copy_another_field_manager_wrote_is_written_again_without_a_read() -> TestResult {
+    let m = cluster("a", "2026-01-01T00:00:00Z", "")?;
+    let mut edited = secret("one", "pull", b"v1", &m.id, &owner("u1"));
+    edited.metadata.managed_fields = Some(managed_fields(&[
+        (
+            "cheiron",
+            serde_json::json!({"f:metadata": {"f:labels": {}}}),
+        ),
+        (
+            "kubectl-edit",
+            serde_json::json!({"f:data": {"f:.dockerconfigjson": {}}}),
+        ),
+    ]));
+    let record = as_record(edited.clone(), "9", false)?;
+    assert!(
+        record.data_written_by_others(),
+        "the record says what managedFields say"
+    );
+    let p = plan(
+        &m,
+        &owner("u1"),
+        &[want("pull", Some(b"v1"))],
+        &ns(&["one"]),
+        std::slice::from_ref(&m),
+        &[record],
+    );
+    assert_eq!(names(&p.updates), ["one/pull"], "drift is repaired");
+    assert_eq!((p.repairs, p.unchanged, p.checks.len()), (1, 0, 0));
+    // Once cheiron has written it (a field manager applying the same value may co-own the
+    // data for good), the version it wrote is in step: no write at every resync.
+    let p = plan(
+        &m,
+        &owner("u1"),
+        &[want("pull", Some(b"v1"))],
+        &ns(&["one"]),
+        std::slice::from_ref(&m),
+        &[as_record(edited, "10", true)?],
+    );
+    assert!(p.updates.is_empty() && p.checks.is_empty());
+    assert_eq!(p.unchanged, 1);
+    Ok(())
+}
+
+#[test]
+fn a_copy_holds_the_content_only_with_exactly_that_one_key() -> TestResult {
+    let m = cluster("a", "2026-01-01T00:00:00Z", "")?;
+    let copy = secret("one", "pull", b"v1", &m.id, &owner("u1"));
+    assert!(holds_exactly(&copy, b"v1"));
+    assert!(!holds_exactly(&copy, b"v2"));
+    let mut extra = copy.clone();
+    extra
+        .data
+        .get_or_insert_with(BTreeMap::new)
+        .insert("extra".into(), ByteString(b"x".to_vec()));
+    assert!(!holds_exactly(&extra, b"v1"), "a key someone added");
+    let mut opaque = copy;
+    opaque.type_ = Some("Opaque".into());
+    assert!(!holds_exactly(&opaque, b"v1"));
+    Ok(())
+}
