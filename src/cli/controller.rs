@@ -154,6 +154,16 @@ pub struct CredentialProviderArgs {
         env = "CHEIRON_CREDENTIAL_PROVIDER_MAX_OUTPUT"
     )]
     pub credential_provider_max_output: usize,
+    /// Most plugin calls running at once, over all providers; more wait their turn. Reconciles
+    /// never wait for a plugin, so this bounds the controller's processes, not its work.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = crate::credential::DEFAULT_MAX_CONCURRENT_PLUGINS,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256),
+        env = "CHEIRON_CREDENTIAL_PROVIDER_MAX_CONCURRENT"
+    )]
+    pub credential_provider_max_concurrent: usize,
 }
 
 impl CredentialProviderArgs {
@@ -167,6 +177,7 @@ impl CredentialProviderArgs {
             credential_provider_bin_dir,
             credential_provider_timeout,
             credential_provider_max_output,
+            credential_provider_max_concurrent,
         } = self;
         let (config, bin_dir) = match (credential_provider_config, credential_provider_bin_dir) {
             (Some(config), Some(bin_dir)) => (
@@ -184,6 +195,7 @@ impl CredentialProviderArgs {
             },
             policy: crate::credential::RefreshPolicy::default(),
             own_namespace,
+            max_concurrent: credential_provider_max_concurrent,
         })
     }
 }

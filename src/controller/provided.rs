@@ -2,9 +2,11 @@
 //! entry's shared credential and turns the answer into the docker config the entry writes,
 //! every returned pattern a registry key as cheiron writes keys
 //! ([`crate::registry::canonical_key`]). What the room refuses or cannot provide becomes a
-//! [`Problem`]; the copies already written are then kept.
+//! [`Problem`]; the copies already written are then kept. Never waits for a plugin: a
+//! credential not fetched yet is a pending problem, rechecked after [`PENDING_RECHECK`] unless
+//! its answer triggers the reconcile first.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -20,8 +22,19 @@ use crate::{
     registry::canonical_key,
 };
 
+/// A manager waiting for a plugin's first answer is reconciled again after this, should the
+/// answer's own trigger be lost.
+pub(super) const PENDING_RECHECK: Duration = Duration::from_secs(10);
+
+/// True when some entry waits for a plugin's first answer.
+pub(super) fn pending(problems: &[Problem]) -> bool {
+    problems.iter().any(|p| {
+        matches!(p, Problem::CredentialProvider { reason, .. } if *reason == reason::CREDENTIAL_PENDING)
+    })
+}
+
 /// Resolves every provider entry of `manager`, and tells the room which keys it now uses.
-pub(super) async fn resolve(
+pub(super) fn resolve(
     providers: &CredentialProviders,
     manager: &ManagerId,
     entries: &[PullSecretEntry],
@@ -37,7 +50,7 @@ pub(super) async fn resolve(
             image: wanted.image.clone(),
             service_account_name: wanted.service_account_name.clone(),
         };
-        let (key, lookup) = providers.lookup(manager, &wanted).await;
+        let (key, lookup) = providers.lookup(manager, &wanted);
         keys.extend(key);
         let name = entry.name.clone().unwrap_or_default();
         let result = match lookup {
@@ -53,6 +66,19 @@ pub(super) async fn resolve(
                     refresh_failing: failing,
                 });
                 Ok(docker_config(&credential))
+            }
+            Lookup::Pending { provider, message } => {
+                statuses.push(CredentialStatus {
+                    name,
+                    provider,
+                    expires_at: None,
+                    refresh_failing: None,
+                });
+                Err(Problem::CredentialProvider {
+                    entry: index,
+                    reason: reason::CREDENTIAL_PENDING,
+                    message,
+                })
             }
             Lookup::Failed {
                 provider,

@@ -119,7 +119,7 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
     keys.dedup();
     ctx.sources.set(&id, keys.iter().cloned());
     let fetched = fetch_sources(ctx, &keys).await?;
-    let (provided, credentials) = provided::resolve(&ctx.credentials, &id, manager.entries()).await;
+    let (provided, credentials) = provided::resolve(&ctx.credentials, &id, manager.entries());
     let desired = desired::desired_with(
         manager.entries(),
         manager.merge_into(),
@@ -202,6 +202,12 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
     };
     // A workload cluster out of step is retried on its own backoff.
     let requeue = cluster_retry.map_or(requeue, |retry| requeue.min(retry));
+    // The plugin's answer triggers a reconcile; this is the fallback.
+    let requeue = if provided::pending(&findings.problems) {
+        requeue.min(provided::PENDING_RECHECK)
+    } else {
+        requeue
+    };
     write_status(manager, ctx, &findings).await?;
     if manager.current_status().and_then(|s| s.observed_generation) != manager.meta().generation {
         // A new or changed spec may change who wins contested names: let the managers that
@@ -625,7 +631,7 @@ async fn write_status<K: ManagerObject>(
         let condition = next.conditions.first();
         let healthy = matches!(
             new_reason,
-            Some(reason::SYNCED | reason::INLINE_CREDENTIALS)
+            Some(reason::SYNCED | reason::INLINE_CREDENTIALS | reason::CREDENTIAL_PENDING)
         );
         let event = Event {
             type_: if healthy {

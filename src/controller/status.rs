@@ -39,6 +39,9 @@ pub mod reason {
     /// A credential-provider entry has no valid credential: the plugin fails and the last
     /// good credential expired (or there never was one), or no provider serves its image.
     pub const CREDENTIAL_PROVIDER_FAILED: &str = "CredentialProviderFailed";
+    /// A credential-provider entry waits for its plugin's first answer, fetched in the
+    /// background; the answer triggers a reconcile (docs/credential-providers.md).
+    pub const CREDENTIAL_PENDING: &str = "CredentialPending";
     /// A namespaced manager may not use the provider (docs/credential-providers.md).
     pub const CREDENTIAL_PROVIDER_NOT_ALLOWED: &str = "CredentialProviderNotAllowed";
     /// A workload cluster the manager selects is not in sync: unreachable, a bad kubeconfig,
@@ -109,6 +112,7 @@ fn ready(f: &Findings) -> (&'static str, &'static str, String) {
     for why in [
         reason::CREDENTIAL_PROVIDER_NOT_ALLOWED,
         reason::CREDENTIAL_PROVIDER_FAILED,
+        reason::CREDENTIAL_PENDING,
     ] {
         let provider: Vec<String> = f
             .problems

@@ -3,10 +3,16 @@
 //! with the provider's `args`, never through a shell, a `CredentialProviderRequest` on stdin,
 //! a `CredentialProviderResponse` of the same apiVersion on stdout. Unlike the kubelet, the
 //! plugin gets only the environment its provider names (the kubelet adds its own), and its run
-//! is bounded: [`ExecLimits::timeout`] (the child is killed), [`ExecLimits::max_output`] bytes
-//! of stdout and of stderr. Errors never quote stdout: it may hold a credential.
+//! is bounded: [`ExecLimits::timeout`] (the plugin runs in a process group of its own, and the
+//! whole group is killed, so a child it forked cannot outlive it), [`ExecLimits::max_output`]
+//! bytes of stdout and of stderr. Errors never quote stdout (it may hold a credential) nor
+//! stderr (errors reach statuses and Events a tenant reads): the last line of stderr goes to
+//! the controller's log only.
 
-use std::{collections::BTreeMap, path::Path, process::Stdio, time::Duration};
+use std::{
+    collections::BTreeMap, os::unix::process::ExitStatusExt, path::Path, process::Stdio,
+    time::Duration,
+};
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -17,7 +23,7 @@ use super::{config::Provider, duration};
 pub const DEFAULT_PLUGIN_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most bytes read from a plugin's stdout, and from its stderr.
 pub const DEFAULT_MAX_PLUGIN_OUTPUT: usize = 1024 * 1024;
-/// Longest stderr excerpt put in an error message.
+/// Longest stderr excerpt put in the controller's log.
 const STDERR_EXCERPT: usize = 240;
 
 /// Bounds of one plugin run.
@@ -145,15 +151,14 @@ pub enum ExecError {
         /// The limit.
         limit: usize,
     },
-    /// It exited unsuccessfully.
-    #[error("plugin {name} failed ({status}){stderr}")]
+    /// It exited unsuccessfully. Its stderr is in the controller's log, never here: this
+    /// message reaches statuses and Events that tenants read.
+    #[error("plugin {name} {status}; its stderr is in the controller's log")]
     Failed {
         /// Provider name.
         name: String,
-        /// Exit status.
+        /// `exited with status N` or `was killed by signal N`.
         status: String,
-        /// `: <last line of stderr>`, bounded, or empty.
-        stderr: String,
     },
     /// Its stdout is not a usable response; says where, never what.
     #[error(
@@ -195,11 +200,15 @@ pub async fn call(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        // Its own process group, killed whole: children it forks go with it.
+        .process_group(0)
         .kill_on_drop(true);
-    let mut child = command.spawn().map_err(|e| ExecError::Spawn {
+    let child = command.spawn().map_err(|e| ExecError::Spawn {
         name: name.clone(),
         message: e.to_string(),
     })?;
+    let mut group = ProcessGroup(child);
+    let child = &mut group.0;
     let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
     let run = async {
         let feed = async {
@@ -220,9 +229,9 @@ pub async fn call(
     let (status, out, err) = match tokio::time::timeout(limits.timeout, run).await {
         Ok(done) => done,
         Err(_) => {
-            // `kill_on_drop` kills it when `child` goes; reap it now rather than later.
-            let _ = child.start_kill();
-            let _ = child.wait().await;
+            // The plugin and everything it forked; then reap the plugin now rather than later.
+            group.kill();
+            let _ = group.0.wait().await;
             return Err(ExecError::Timeout {
                 name,
                 timeout: limits.timeout,
@@ -240,14 +249,44 @@ pub async fn call(
         name: name.clone(),
         message: e.to_string(),
     })?;
+    let stderr = stderr_excerpt(&err);
     if !status.success() {
-        return Err(ExecError::Failed {
-            name,
-            status: status.to_string(),
-            stderr: stderr_excerpt(&err),
-        });
+        let status = match (status.code(), status.signal()) {
+            (Some(code), _) => format!("exited with status {code}"),
+            (None, Some(signal)) => format!("was killed by signal {signal}"),
+            (None, None) => "failed".to_owned(),
+        };
+        tracing::warn!(provider = %name, stderr = %stderr, "credential provider plugin {status}");
+        return Err(ExecError::Failed { name, status });
     }
-    parse_response(&name, &provider.api_version, &out)
+    parse_response(&name, &provider.api_version, &out).inspect_err(|_| {
+        if !stderr.is_empty() {
+            tracing::warn!(provider = %name, stderr = %stderr, "credential provider plugin answered badly");
+        }
+    })
+}
+
+/// A running plugin, the leader of its own process group. The group is killed when the call
+/// times out or is dropped (its refresh stopped) before the plugin was reaped: while the
+/// leader is unreaped its id cannot be reused, so the signal reaches only its group.
+struct ProcessGroup(tokio::process::Child);
+
+impl ProcessGroup {
+    fn kill(&mut self) {
+        let Some(pid) = self.0.id().and_then(|id| i32::try_from(id).ok()) else {
+            return; // reaped already
+        };
+        if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+            // ESRCH: the whole group is gone already.
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
 
 /// Reads at most `limit` bytes; `None` when there was more (the rest is drained so the
@@ -272,7 +311,7 @@ async fn read_bounded(stream: Option<impl AsyncRead + Unpin>, limit: usize) -> O
     (!over).then_some(out)
 }
 
-/// `: <last non-empty line of stderr>`, printable characters only, bounded.
+/// The last non-empty line of stderr, printable characters only, bounded, for the log.
 fn stderr_excerpt(stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr);
     let Some(line) = text.lines().rev().map(str::trim).find(|l| !l.is_empty()) else {
@@ -286,7 +325,7 @@ fn stderr_excerpt(stderr: &[u8]) -> String {
     if line.chars().count() > STDERR_EXCERPT {
         clean.push('…');
     }
-    format!(": {clean}")
+    clean
 }
 
 /// Reads a response as the kubelet does: apiVersion first (must be the provider's), then the
@@ -499,11 +538,12 @@ printf '{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialP
     }
 
     #[tokio::test]
-    async fn a_failing_plugin_is_reported_with_its_last_stderr_line()
+    async fn a_failing_plugins_stderr_stays_out_of_the_error()
     -> Result<(), Box<dyn std::error::Error>> {
+        // The error reaches statuses and Events a tenant reads; stderr goes to the log only.
         let (provider, dir) = script(
             "fails",
-            "echo noise >&2; echo 'no credentials found' >&2; exit 3",
+            "echo noise >&2; echo 'STDERR-CANARY no credentials found' >&2; exit 3",
         )?;
         let error = call(&provider, &dir, &request(), ExecLimits::default())
             .await
@@ -511,8 +551,49 @@ printf '{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialP
             .map(|e| e.to_string());
         assert_eq!(
             error.as_deref(),
-            Some("plugin fails failed (exit status: 3): no credentials found")
+            Some("plugin fails exited with status 3; its stderr is in the controller's log")
         );
+        std::fs::remove_dir_all(dir)?;
+        Ok(())
+    }
+
+    /// True while `pid` runs (a zombie awaiting its reaper counts as gone).
+    fn alive(pid: &str) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+    }
+
+    #[tokio::test]
+    async fn a_timed_out_plugins_forked_children_are_killed_with_it()
+    -> Result<(), Box<dyn std::error::Error>> {
+        // The plugin forks a child that would outlive it (and keeps its stdout open), writes
+        // the child's pid, and hangs.
+        let (provider, dir) = script("forks", "sleep 300 &\necho $! > child.pid\nwait")?;
+        let limits = ExecLimits {
+            timeout: Duration::from_millis(500),
+            ..ExecLimits::default()
+        };
+        let error = call(&provider, &dir, &request(), limits).await.err();
+        assert!(
+            matches!(error, Some(ExecError::Timeout { .. })),
+            "{error:?}"
+        );
+        let pid = std::fs::read_to_string(dir.join("child.pid"))?;
+        let pid = pid.trim();
+        assert!(!pid.is_empty(), "the plugin forked its child");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while alive(pid) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let survived = alive(pid);
+        if survived {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", pid])
+                .status();
+        }
+        assert!(!survived, "the plugin's child {pid} outlived the timeout");
         std::fs::remove_dir_all(dir)?;
         Ok(())
     }
@@ -522,12 +603,12 @@ printf '{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialP
         assert_eq!(stderr_excerpt(b""), "");
         assert_eq!(
             stderr_excerpt(b"first\nno credentials\x1b[31m\n\n"),
-            ": no credentials[31m"
+            "no credentials[31m"
         );
         let long = "x".repeat(1000);
         assert_eq!(
             stderr_excerpt(long.as_bytes()).chars().count(),
-            2 + STDERR_EXCERPT + 1
+            STDERR_EXCERPT + 1
         );
     }
 }

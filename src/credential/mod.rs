@@ -6,16 +6,19 @@
 //!
 //! ```text
 //!   config (--credential-provider-config, kubelet format)   exec (one plugin run, bounded)
-//!            │                                                  ▲
+//!            │                                                  ▲ at most N at once
 //!   lookup(manager, entry) ──► refresh: one task per (provider, image, ServiceAccount)
-//!            ▲                    calls the plugin at a fraction of the credential's life,
+//!            ▲   (never waits)    calls the plugin at a fraction of the credential's life,
 //!   controller reconcile          keeps the last good answer, backs off on failure, and
 //!            └─────────────────── asks the managers that use it to reconcile (notify)
 //! ```
 //!
 //! A credential is fetched once per key however many managers and namespaces use it; the
-//! controller writes it everywhere. A plugin's answer is never logged, evented or put in a
-//! status: errors describe structure, never stdout.
+//! controller writes it everywhere. A lookup reads what the refresh task holds and never waits
+//! for a plugin, so a hanging plugin cannot hold the reconcile workers that every tenant's
+//! managers share; before the first answer it returns [`Lookup::Pending`], and the answer
+//! triggers the managers' reconciles. A plugin's answer is never logged, evented or put in a
+//! status: errors describe structure, never stdout, and never stderr (logged only).
 
 pub mod config;
 pub mod duration;
@@ -32,6 +35,10 @@ use std::{
 
 pub use config::{ConfigError, Provider, ProviderConfig};
 pub use exec::{Auth, DEFAULT_MAX_PLUGIN_OUTPUT, DEFAULT_PLUGIN_TIMEOUT, ExecError, ExecLimits};
+
+/// Most plugin calls (token minting included) running at once, over all providers and keys;
+/// more wait their turn. Each is bounded by the plugin timeout.
+pub const DEFAULT_MAX_CONCURRENT_PLUGINS: usize = 4;
 pub use refresh::{
     FIRST_RETRY, MAX_RETRY, MIN_REFRESH, NO_CACHE_REFRESH, REFRESH_FRACTION, RefreshPolicy,
 };
@@ -91,8 +98,16 @@ pub enum Lookup {
         /// The last refresh failed (the credential is still valid).
         failing: Option<String>,
     },
-    /// No valid credential: never fetched, or expired while the plugin fails. Existing copies
-    /// are kept.
+    /// The plugin has not answered yet (its first call is queued or running); the manager is
+    /// told when it does. Existing copies are kept.
+    Pending {
+        /// Which provider.
+        provider: String,
+        /// What is awaited.
+        message: String,
+    },
+    /// No valid credential: the plugin failed, or its credential expired while it fails.
+    /// Existing copies are kept.
     Failed {
         /// Which provider.
         provider: String,
@@ -126,6 +141,8 @@ struct Inner {
     policy: RefreshPolicy,
     /// The namespace of the ServiceAccounts cluster managers name.
     own_namespace: Option<String>,
+    /// Permits for plugin calls: `max_concurrent` of them.
+    running: Arc<tokio::sync::Semaphore>,
     client: Option<kube::Client>,
     metrics: Option<Arc<Metrics>>,
     notify: Mutex<Option<Notify>>,
@@ -142,7 +159,7 @@ impl std::fmt::Debug for CredentialProviders {
 }
 
 /// How a controller runs its providers.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ProviderSettings {
     /// The providers (none: every provider entry is refused with a message saying how to
     /// configure them).
@@ -155,6 +172,21 @@ pub struct ProviderSettings {
     pub policy: RefreshPolicy,
     /// The namespace of the ServiceAccounts cluster managers name (cheiron's own).
     pub own_namespace: Option<String>,
+    /// Most plugin calls at once (at least one).
+    pub max_concurrent: usize,
+}
+
+impl Default for ProviderSettings {
+    fn default() -> Self {
+        Self {
+            config: ProviderConfig::default(),
+            bin_dir: PathBuf::new(),
+            limits: ExecLimits::default(),
+            policy: RefreshPolicy::default(),
+            own_namespace: None,
+            max_concurrent: DEFAULT_MAX_CONCURRENT_PLUGINS,
+        }
+    }
 }
 
 impl CredentialProviders {
@@ -170,6 +202,7 @@ impl CredentialProviders {
             limits,
             policy,
             own_namespace,
+            max_concurrent,
         } = settings;
         Self {
             inner: Arc::new(Inner {
@@ -178,6 +211,7 @@ impl CredentialProviders {
                 limits,
                 policy,
                 own_namespace,
+                running: Arc::new(tokio::sync::Semaphore::new(max_concurrent.max(1))),
                 client,
                 metrics,
                 notify: Mutex::new(None),
@@ -200,11 +234,12 @@ impl CredentialProviders {
     }
 
     /// Resolves `wanted` for `manager` (in `manager_namespace` for a namespaced one): picks
-    /// the provider, checks the manager may use it, and returns the shared credential. The
-    /// first lookup of a key waits for the plugin's first answer (bounded by its timeout);
-    /// later ones return at once. Returns the key the manager now uses, to pass to
+    /// the provider, checks the manager may use it, and returns the shared credential as it is
+    /// now. Never waits for a plugin: the first lookup of a key starts its refresh and returns
+    /// [`Lookup::Pending`]; `manager` is told (through [`CredentialProviders::on_change`]) when
+    /// the answer comes. Returns the key the manager now uses, to pass to
     /// [`CredentialProviders::retain`].
-    pub async fn lookup(&self, manager: &ManagerId, wanted: &Wanted) -> (Option<Key>, Lookup) {
+    pub fn lookup(&self, manager: &ManagerId, wanted: &Wanted) -> (Option<Key>, Lookup) {
         let refused = |message: String| {
             (
                 None,
@@ -290,10 +325,8 @@ impl CredentialProviders {
             image: wanted.image.clone(),
             service_account,
         };
-        let slot = self.slot(&key, provider);
-        slot.subscribe(manager);
-        let lookup = slot.current(self.inner.limits.timeout).await;
-        (Some(key), lookup)
+        let slot = self.slot(&key, provider, manager);
+        (Some(key), slot.lookup(SystemTime::now()))
     }
 
     /// Forgets the keys `manager` no longer uses; a key nobody uses stops refreshing.
@@ -326,15 +359,16 @@ impl CredentialProviders {
         self.update_expiry_metric();
     }
 
-    fn slot(&self, key: &Key, provider: &Provider) -> Arc<refresh::Slot> {
+    /// The slot of `key`, started if new, with `manager` subscribed.
+    fn slot(&self, key: &Key, provider: &Provider, manager: &ManagerId) -> Arc<refresh::Slot> {
+        let start = || refresh::Slot::start(self.clone(), key.clone(), provider.clone(), manager);
         let Ok(mut slots) = self.inner.slots.lock() else {
             // A poisoned lock: a slot of its own, not shared.
-            return refresh::Slot::start(self.clone(), key.clone(), provider.clone());
+            return start();
         };
-        slots
-            .entry(key.clone())
-            .or_insert_with(|| refresh::Slot::start(self.clone(), key.clone(), provider.clone()))
-            .clone()
+        let slot = slots.entry(key.clone()).or_insert_with(start).clone();
+        slot.subscribe(manager);
+        slot
     }
 
     fn notify(&self, managers: &[ManagerId]) {
@@ -382,3 +416,6 @@ impl CredentialProviders {
 fn seconds(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_millis() >= 500)
 }
+
+#[cfg(test)]
+mod tests;

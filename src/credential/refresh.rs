@@ -2,7 +2,9 @@
 //! [`REFRESH_FRACTION`] of the credential's life (spread by ±[`JITTER`]), never less than
 //! [`MIN_REFRESH`] apart; on failure the last good credential is kept and the call retried from
 //! [`FIRST_RETRY`], doubling to [`MAX_RETRY`], waking at the expiry to report it. The managers
-//! that use the credential are told whenever what a lookup returns changes.
+//! that use the credential are told whenever what a lookup returns changes. Lookups never wait
+//! for a call: before the first answer they say the credential is pending. At most
+//! `--credential-provider-max-concurrent` calls run at once, over all keys.
 
 use std::{
     collections::BTreeSet,
@@ -10,8 +12,6 @@ use std::{
     sync::{Arc, Mutex, Weak},
     time::{Duration, SystemTime},
 };
-
-use tokio::sync::watch;
 
 use super::{Credential, CredentialProviders, Inner, Key, Lookup, Provider, exec, seconds, token};
 use crate::policy::ManagerId;
@@ -28,8 +28,6 @@ pub const NO_CACHE_REFRESH: Duration = Duration::from_secs(60);
 pub const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// Longest wait between retries.
 pub const MAX_RETRY: Duration = Duration::from_secs(60);
-/// How much longer than the plugin timeout a first lookup waits for the first answer.
-const FIRST_ANSWER_GRACE: Duration = Duration::from_secs(5);
 
 /// When to call a plugin again.
 #[derive(Clone, Copy, Debug)]
@@ -85,20 +83,24 @@ struct State {
 pub(super) struct Slot {
     key: Key,
     state: Mutex<State>,
-    answered: watch::Sender<bool>,
     task: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 impl Slot {
-    /// A slot for `key`, with its refresh task running.
-    pub(super) fn start(providers: CredentialProviders, key: Key, provider: Provider) -> Arc<Self> {
-        let (answered, _) = watch::channel(false);
+    /// A slot for `key` used by `manager`, with its refresh task running. `manager` subscribes
+    /// before the task starts, so it is told of the first answer however soon that comes.
+    pub(super) fn start(
+        providers: CredentialProviders,
+        key: Key,
+        provider: Provider,
+        manager: &ManagerId,
+    ) -> Arc<Self> {
         let slot = Arc::new(Self {
             key,
             state: Mutex::default(),
-            answered,
             task: Mutex::new(None),
         });
+        slot.subscribe(manager);
         let task = tokio::spawn(run(
             Arc::downgrade(&providers.inner),
             Arc::downgrade(&slot),
@@ -139,14 +141,8 @@ impl Slot {
             .and_then(|s| s.good.as_ref().and_then(|c| c.expires_at))
     }
 
-    /// The lookup now, after waiting (up to `timeout` and a grace) for the first answer.
-    pub(super) async fn current(&self, timeout: Duration) -> Lookup {
-        let mut answered = self.answered.subscribe();
-        let _ = tokio::time::timeout(timeout + FIRST_ANSWER_GRACE, answered.wait_for(|a| *a)).await;
-        self.lookup(SystemTime::now())
-    }
-
-    fn lookup(&self, now: SystemTime) -> Lookup {
+    /// What a lookup returns now; never waits for the plugin.
+    pub(super) fn lookup(&self, now: SystemTime) -> Lookup {
         let provider = self.key.provider.clone();
         let Ok(state) = self.state.lock() else {
             return Lookup::Failed {
@@ -161,12 +157,17 @@ impl Slot {
                 credential: good.clone(),
                 failing: state.error.clone(),
             },
+            None if state.error.is_none() && !state.answered => Lookup::Pending {
+                message: format!(
+                    "waiting for the first answer of plugin {provider}; existing copies are kept"
+                ),
+                provider,
+            },
             good => {
                 let expired_at = good.as_ref().and_then(|g| g.expires_at);
-                let why = match (&state.error, state.answered) {
-                    (Some(e), _) => e.clone(),
-                    (None, false) => format!("waiting for the first answer of plugin {provider}"),
-                    (None, true) => format!("plugin {provider}'s credential expired"),
+                let why = match &state.error {
+                    Some(e) => e.clone(),
+                    None => format!("plugin {provider}'s credential expired"),
                 };
                 let message = match expired_at {
                     Some(t) => format!(
@@ -248,7 +249,14 @@ async fn run(inner: Weak<Inner>, slot: Weak<Slot>, provider: Provider) {
         let providers = CredentialProviders { inner };
         // An expiry passed while sleeping changes what lookups return.
         slot.tell_if_changed(&providers, &mut seen);
-        let result = fetch(&providers.inner, &slot.key, &provider).await;
+        let result = {
+            // One of the --credential-provider-max-concurrent calls, held for the token and
+            // the plugin run (bounded by the plugin timeout).
+            let Ok(_permit) = providers.inner.running.clone().acquire_owned().await else {
+                return;
+            };
+            fetch(&providers.inner, &slot.key, &provider).await
+        };
         let now = SystemTime::now();
         let outcome = if result.is_ok() { "success" } else { "failure" };
         if let Some(metrics) = &providers.inner.metrics {
@@ -289,7 +297,6 @@ async fn run(inner: Weak<Inner>, slot: Weak<Slot>, provider: Provider) {
                 }
             }
         };
-        slot.answered.send_replace(true);
         slot.tell_if_changed(&providers, &mut seen);
         providers.update_expiry_metric();
         drop((providers, slot));

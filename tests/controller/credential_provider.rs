@@ -5,7 +5,9 @@
 //! namespaces; a failing plugin leaves the copies and reports only once the credential expired;
 //! a hanging plugin is killed at the timeout; garbage is reported without being quoted; a
 //! namespaced manager is refused; a service-account token with the provider's audience is
-//! passed to the plugin.
+//! passed to the plugin. Tenant isolation: plugins hanging for some tenants' managers delay no
+//! other tenant's manager and run at most `--credential-provider-max-concurrent` at once; a
+//! plugin's stderr reaches the controller's log, never a status or Event.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -67,26 +69,34 @@ impl Plugins {
 
     /// A bin dir with the fake plugin under each provider's name, and the config.
     fn install(dir: &Path) -> Result<Self> {
+        Self::install_providers(
+            dir,
+            &[
+                (
+                    "rotating",
+                    "    env: [{name: FAKE_ONLY, value: only-this}]\n".to_owned(),
+                ),
+                ("hanging", String::new()),
+                ("garbage", String::new()),
+                (
+                    "token",
+                    format!(
+                        "    tokenAttributes:\n      serviceAccountTokenAudience: {AUDIENCE}\n      cacheType: ServiceAccount\n      requireServiceAccount: true\n"
+                    ),
+                ),
+            ],
+        )
+    }
+
+    /// [`Plugins::install`] with these providers: `(name, more YAML lines of the provider)`.
+    fn install_providers(dir: &Path, list: &[(&str, String)]) -> Result<Self> {
         let bin = dir.join("bin");
         std::fs::create_dir_all(&bin)?;
         let plugins = Self {
             dir: dir.to_owned(),
         };
         let mut providers = String::new();
-        for (name, extra) in [
-            (
-                "rotating",
-                "    env: [{name: FAKE_ONLY, value: only-this}]\n",
-            ),
-            ("hanging", ""),
-            ("garbage", ""),
-            (
-                "token",
-                &format!(
-                    "    tokenAttributes:\n      serviceAccountTokenAudience: {AUDIENCE}\n      cacheType: ServiceAccount\n      requireServiceAccount: true\n"
-                ),
-            ),
-        ] {
+        for (name, extra) in list {
             std::fs::copy(FAKE, bin.join(name))?;
             std::fs::create_dir_all(plugins.state(name))?;
             providers.push_str(&format!(
@@ -139,12 +149,64 @@ fn provider_entry(name: &str, image: &str) -> String {
 
 /// True while a process runs with `needle` in its command line.
 fn process_running(needle: &str) -> bool {
-    std::fs::read_dir("/proc").is_ok_and(|entries| {
-        entries.filter_map(std::result::Result::ok).any(|e| {
+    !processes(needle).is_empty()
+}
+
+/// The pids of the processes with `needle` in their command line.
+fn processes(needle: &str) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(std::result::Result::ok)
+        .filter(|e| {
             std::fs::read(e.path().join("cmdline"))
                 .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
         })
-    })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Kills what is left of the plugins run with `state` (each runs in a process group of its
+/// own, out of reach of the harness's clean-up of the controller's group).
+fn kill_plugins(state: &str) {
+    for pid in processes(state) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid])
+            .status();
+    }
+}
+
+/// A controller of its own for `s`, running the plugins of `dir` with a 60 s timeout and the
+/// extra `args`.
+async fn provider_controller(
+    s: &ControllerScenario,
+    dir: &Path,
+    args: &[&str],
+) -> Result<CheironProcess> {
+    let config = dir.join("config.yaml").display().to_string();
+    let bin = dir.join("bin").display().to_string();
+    let mut all = vec![
+        "--no-leader-election",
+        "--credential-provider-config",
+        &config,
+        "--credential-provider-bin-dir",
+        &bin,
+        "--credential-provider-timeout",
+        "60",
+    ];
+    all.extend_from_slice(args);
+    let controller = CheironProcess::controller(&s.unique_name("credprov"), &all)?;
+    controller
+        .wait_for_admin_status("/readyz", 200, READY_WITHIN)
+        .await?;
+    Ok(controller)
+}
+
+fn namespaced_manager(namespace: &str, name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: cheiron.anny.co/v1alpha1\nkind: ImagePullSecretManager\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n{spec}"
+    )
 }
 
 #[tokio::test]
@@ -273,7 +335,10 @@ async fn provider_credentials_are_fetched_once_per_rotation_kept_fresh_everywher
         failed_at.elapsed()
     );
     assert!(
-        message.contains("told to fail") && message.contains("existing copies are kept"),
+        message.contains(
+            "plugin rotating exited with status 1; its stderr is in the controller's log"
+        ) && message.contains("existing copies are kept")
+            && !message.contains("STDERR-CANARY"),
         "{message}"
     );
     let kept = copies(&s, &targets, "rot-pull", registry).await?;
@@ -401,6 +466,160 @@ async fn provider_credentials_are_fetched_once_per_rotation_kept_fresh_everywher
     for m in [&rotating, &hanging, &garbage, &token_manager, &namespaced] {
         s.delete(m).await?;
     }
+    drop(controller);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Namespaced managers with a hanging plugin: more than the controller's 4 reconcile workers.
+const HANGING_TENANTS: usize = 6;
+/// `--credential-provider-max-concurrent` in the isolation test.
+const MAX_CONCURRENT: usize = 2;
+/// How soon another tenant's plain manager must get its Secret while the plugins hang. Far
+/// under the plugin's 60 s timeout (before the fix each reconcile of a hanging tenant held a
+/// worker that long), and far over the tens of milliseconds it takes on an idle machine.
+const UNAFFECTED_WITHIN: Duration = Duration::from_secs(5);
+
+#[tokio::test]
+async fn hanging_plugins_of_some_tenants_do_not_delay_another_tenants_manager() -> Result {
+    let s = ControllerScenario::without_shared_controller("credhang").await?;
+    let dir = std::env::temp_dir().join(format!("cheiron-credhang-{}", s.id()));
+    let mut tenants = Vec::new();
+    for _ in 0..HANGING_TENANTS {
+        tenants.push(s.create_namespace(&[], &[]).await?);
+    }
+    let other = s.create_namespace(&[], &[]).await?;
+    let allowed = format!("    allowedNamespaces: [{}]\n", tenants.join(", "));
+    let plugins = Plugins::install_providers(&dir, &[("hanging", allowed)])?;
+    plugins.set_mode("hanging", "hang")?;
+    let state = plugins.state("hanging").display().to_string();
+    let max = MAX_CONCURRENT.to_string();
+    let controller =
+        provider_controller(&s, &dir, &["--credential-provider-max-concurrent", &max]).await?;
+
+    // Each tenant's manager wants its own key, so each would start a plugin of its own.
+    let mut hanging = Vec::new();
+    for (i, tenant) in tenants.iter().enumerate() {
+        hanging.push(
+            s.apply(&namespaced_manager(
+                tenant,
+                "hangs",
+                &provider_entry("hang-pull", &format!("hanging.example.com/app-{i}")),
+            ))
+            .await?,
+        );
+    }
+    s.eventually("the hanging plugins run", || async {
+        if plugins.calls("hanging") >= 1 {
+            Ok(())
+        } else {
+            Err("no plugin call yet".into())
+        }
+    })
+    .await?;
+
+    // Meanwhile another tenant's plain manager is reconciled at once.
+    let applied = Instant::now();
+    s.apply(&namespaced_manager(
+        &other,
+        "plain",
+        "  secrets:\n    - name: plain-pull\n      registry: registry.example.com\n      username: bot\n      password: bot-password\n",
+    ))
+    .await?;
+    let got = s
+        .eventually_within(
+            format!("{other}/plain-pull within {UNAFFECTED_WITHIN:?}"),
+            UNAFFECTED_WITHIN,
+            || async {
+                match s.secret(&other, "plain-pull").await? {
+                    Some(_) => Ok(applied.elapsed()),
+                    None => Err("no Secret yet".into()),
+                }
+            },
+        )
+        .await
+        .map_err(|e| format!("{e}\n{}", controller.log_excerpt(30)))?;
+    eprintln!("the other tenant's Secret came {got:?} after its manager was applied");
+
+    // The hanging tenants are told they wait, without holding anything.
+    for m in &hanging {
+        let status = s.until_ready_reason(m, "CredentialPending").await?;
+        assert!(
+            describe_ready(&status).contains("waiting for the first answer of plugin hanging"),
+            "{}",
+            describe_ready(&status)
+        );
+    }
+    // At most --credential-provider-max-concurrent plugins run; the other keys wait their turn.
+    for _ in 0..10 {
+        let running = processes(&state).len();
+        assert!(
+            running <= MAX_CONCURRENT,
+            "{running} plugins run at once, more than --credential-provider-max-concurrent {MAX_CONCURRENT}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        plugins.calls("hanging"),
+        MAX_CONCURRENT as u64,
+        "only the plugin calls that got a turn started"
+    );
+
+    drop(controller);
+    kill_plugins(&state);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failing_plugins_stderr_reaches_the_log_but_no_condition_or_event() -> Result {
+    let s = ControllerScenario::without_shared_controller("credstderr").await?;
+    let dir = std::env::temp_dir().join(format!("cheiron-credstderr-{}", s.id()));
+    let tenant = s.create_namespace(&[], &[]).await?;
+    let allowed = format!("    allowedNamespaces: [{tenant}]\n");
+    let plugins = Plugins::install_providers(&dir, &[("failing", allowed)])?;
+    plugins.set_mode("failing", "fail")?;
+    let controller = provider_controller(&s, &dir, &[]).await?;
+
+    // A tenant's manager: its status and Events are the tenant's to read.
+    let manager = s
+        .apply(&namespaced_manager(
+            &tenant,
+            "fails",
+            &provider_entry("fail-pull", "failing.example.com/app"),
+        ))
+        .await?;
+    let status = s
+        .until_ready_reason(&manager, "CredentialProviderFailed")
+        .await?;
+    let message = describe_ready(&status);
+    assert!(
+        message
+            .contains("plugin failing exited with status 1; its stderr is in the controller's log"),
+        "{message}"
+    );
+    s.until_event_about_manager(&manager, "CredentialProviderFailed")
+        .await?;
+    let (object, _) = s.manager_status(&manager).await?;
+    let events = serde_json::to_string(&s.events_about_manager(&manager).await?)?;
+    for (what, text) in [
+        ("the status", serde_json::to_string(&object)?),
+        ("the Events", events),
+    ] {
+        assert!(
+            !text.contains("STDERR-CANARY"),
+            "{what} quotes the plugin's stderr: {text}"
+        );
+    }
+    s.eventually("the plugin's stderr is in the controller's log", || async {
+        let log = std::fs::read_to_string(controller.log())?;
+        if log.contains("STDERR-CANARY") {
+            Ok(())
+        } else {
+            Err("not yet".into())
+        }
+    })
+    .await?;
     drop(controller);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

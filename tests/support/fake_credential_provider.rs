@@ -7,7 +7,8 @@
 //! In DIR it counts its calls (`calls`), appends `N UNIX_MILLIS` for each call, the time it
 //! started, to `calls.log` (the cluster benchmark times rotations from it), keeps the last
 //! request (`request.json`) and the names of the environment variables it got (`env`), and
-//! reads `mode` before each answer: `ok` (default), `fail` (exit 1 with a message on stderr),
+//! reads `mode` before each answer: `ok` (default), `fail` (exit 1 with a message on stderr
+//! holding the canary `STDERR-CANARY`, which must reach the controller's log and nothing else),
 //! `hang` (sleep for an hour), `garbage` (print something that is not JSON, holding a canary),
 //! `flood` (print 4 MiB).
 
@@ -75,7 +76,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut out = std::io::stdout().lock();
     match mode.trim() {
         "fail" => {
-            eprintln!("fake credential provider: told to fail (call {calls})");
+            eprintln!("fake credential provider: told to fail (call {calls}) STDERR-CANARY");
             std::process::exit(1);
         }
         "hang" => {
