@@ -186,6 +186,37 @@ fn cheiron_with_kubeconfig(args: &[&str], kubeconfig: &std::path::Path) -> std::
         .output()
 }
 
+/// The chart's init container: installs the kubelet's plugin and its configuration, then
+/// exits without a cluster (the agent then mounts the plugin's directory read-only).
+#[test]
+fn node_agent_install_only_installs_the_plugin_and_exits_without_a_cluster() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin)?;
+    let config = dir.path().join("credential-provider-config.yaml");
+    let credentials = dir.path().join("credentials.json");
+    let out = cheiron_with_kubeconfig(
+        &[
+            "node-agent",
+            "--install-only",
+            "--node-name",
+            "n1",
+            "--credentials-file",
+            &credentials.display().to_string(),
+            "--install-bin-dir",
+            &bin.display().to_string(),
+            "--install-provider-config",
+            &config.display().to_string(),
+        ],
+        std::path::Path::new("/nonexistent/kubeconfig"),
+    )?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(bin.join("cheiron").is_file());
+    assert!(std::fs::read_to_string(&config)?.contains("credential-provider"));
+    assert!(!credentials.exists(), "no credentials without the agent");
+    Ok(())
+}
+
 #[test]
 fn controller_without_a_kubeconfig_fails_in_one_line_saying_so_once() -> TestResult {
     let out = cheiron_with_kubeconfig(

@@ -1393,7 +1393,13 @@ mod cluster {
         .into_iter()
         .filter(|o| o["metadata"]["labels"]["app.kubernetes.io/component"] == "node-agent")
         .collect();
-        assert_eq!(node.len(), 8, "{}", describe(&node));
+        // Namespace, ServiceAccount, 2 ClusterRole(Binding)s, report Role(Binding), the
+        // admission policy and its binding, Secret Role(Binding), DaemonSet, NetworkPolicy.
+        assert_eq!(node.len(), 12, "{}", describe(&node));
+        // Its namespaced objects' dry run needs the node namespace.
+        for namespace in node.iter().filter(|o| o["kind"] == "Namespace") {
+            apply(s.client(), namespace, true).await?;
+        }
         let applied = dry_run_all(s.client(), "webhook-config/crds.yaml", &crds).await?
             + dry_run_all(s.client(), "webhook-config/", &objects).await?
             + dry_run_all(s.client(), "cheiron manifests, combined", &combined).await?
@@ -1515,6 +1521,65 @@ mod cluster {
                 .await
                 .map_err(|e| format!("{what}: {e}"))?;
         }
+        Ok(())
+    }
+
+    /// The node agent runs as root with host paths: cheiron's namespace (Pod Security
+    /// `restricted`) refuses its Pod, the node namespace `cheiron manifests --node` renders
+    /// (`privileged`) admits it, server-side.
+    #[tokio::test]
+    async fn the_node_agents_pod_is_admitted_in_the_node_namespace_only() -> Result {
+        use cheiron::install::{DeploymentMode, Install, NodeAgentSetup};
+
+        let s = Scenario::new(CHEIRON, "install-node-pss").await?;
+        installed(s.client()).await?;
+        let node_namespace = s.unique_name("node");
+        let objects = Install {
+            node_agent: Some(NodeAgentSetup {
+                namespace: Some(node_namespace.clone()),
+                ..NodeAgentSetup::default()
+            }),
+            ..Install::default()
+        }
+        .server_objects_for(DeploymentMode::Split)?;
+        let rendered = |kind: &str| {
+            objects
+                .iter()
+                .find(|o| {
+                    o["kind"] == kind
+                        && o["metadata"]["labels"]["app.kubernetes.io/component"] == "node-agent"
+                })
+                .ok_or(format!("no node agent {kind}"))
+        };
+        for kind in ["Namespace", "ServiceAccount"] {
+            apply(s.client(), rendered(kind)?, true).await?;
+        }
+        let template = &rendered("DaemonSet")?["spec"]["template"];
+        let dry_run = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        let mut pod = pod_of(template, "node-agent-pss")?;
+        pod.metadata.namespace = Some(node_namespace.clone());
+        let admitted = Api::<Pod>::namespaced(s.client().clone(), &node_namespace)
+            .create(&dry_run, &pod)
+            .await;
+        let mut restricted = pod_of(template, "node-agent-pss")?;
+        if let Some(spec) = restricted.spec.as_mut() {
+            // An identity that exists there: only Pod Security may refuse it.
+            spec.service_account_name = Some("cheiron-controller".to_owned());
+        }
+        let refused = Api::<Pod>::namespaced(s.client().clone(), NAMESPACE)
+            .create(&dry_run, &restricted)
+            .await;
+        Api::<Namespace>::all(s.client().clone())
+            .delete(&node_namespace, &Default::default())
+            .await?;
+        admitted.map_err(|e| format!("the node namespace refused the agent's Pod: {e}"))?;
+        assert!(
+            matches!(&refused, Err(kube::Error::Api(e)) if e.message.contains("violates PodSecurity")),
+            "{refused:?}"
+        );
         Ok(())
     }
 
@@ -2627,6 +2692,8 @@ mod node_agent {
     use super::*;
 
     const NAME: &str = "cheiron-node-agent";
+    /// The node namespace of a release in [`NAMESPACE`].
+    const NODE_NAMESPACE: &str = "cheiron-system-node";
 
     /// `cheiron manifests --node [--node-secret-namespace NS]...` renders what the chart's
     /// `node.enabled=true [node.secretNamespaces={NS,...}]` does: the same RBAC, object for
@@ -2638,18 +2705,24 @@ mod node_agent {
 
         use super::chart::{access, named};
 
-        for (secret_namespaces, values) in [
-            (vec![], vec!["node.enabled=true"]),
+        use cheiron::install::MetricsAuth;
+
+        for (secret_namespaces, metrics_auth, values) in [
+            (vec![], MetricsAuth::None, vec!["node.enabled=true"]),
             (
                 vec!["node-credentials".to_owned(), "more".to_owned()],
+                MetricsAuth::Kubernetes,
                 vec![
                     "node.enabled=true",
                     "node.secretNamespaces={node-credentials,more}",
+                    "metrics.auth=kubernetes",
                 ],
             ),
         ] {
             let install = Install {
+                metrics_auth,
                 node_agent: Some(NodeAgentSetup {
+                    namespace: None,
                     secret_namespaces: secret_namespaces.clone(),
                 }),
                 ..Install::default()
@@ -2692,13 +2765,60 @@ mod node_agent {
                     "{mode}: the chart's node agent Pod spec has drifted from \
                      src/install/node_agent.rs"
                 );
+                assert_eq!(pd["metadata"]["namespace"], NODE_NAMESPACE, "{mode}");
+                assert_eq!(cd["metadata"]["namespace"], NODE_NAMESPACE, "{mode}");
+                // The policy holding each agent to its own report, its NetworkPolicy, its
+                // namespace's Pod Security level, and the controller's --node-namespace.
+                for (kind, name) in [
+                    ("ValidatingAdmissionPolicy", "cheiron-node-agent-report"),
+                    (
+                        "ValidatingAdmissionPolicyBinding",
+                        "cheiron-node-agent-report",
+                    ),
+                    ("NetworkPolicy", NAME),
+                ] {
+                    let (p, c) = (find(&plain, kind, name)?, find(&chart, kind, name)?);
+                    assert_eq!(p["spec"], c["spec"], "{mode}: {kind} {name}");
+                    assert_eq!(p["metadata"]["namespace"], c["metadata"]["namespace"]);
+                }
+                let (pn, cn) = (
+                    find(&plain, "Namespace", NODE_NAMESPACE)?,
+                    find(&chart, "Namespace", NODE_NAMESPACE)?,
+                );
+                for level in ["enforce", "audit", "warn"] {
+                    let key = format!("pod-security.kubernetes.io/{level}");
+                    assert_eq!(pn["metadata"]["labels"][&key], "privileged");
+                    assert_eq!(cn["metadata"]["labels"][&key], "privileged");
+                }
+                for name in named(&plain, "Deployment") {
+                    let (p, c) = (
+                        find(&plain, "Deployment", &name)?,
+                        find(&chart, "Deployment", &name)?,
+                    );
+                    let args = &p["spec"]["template"]["spec"]["containers"][0]["args"];
+                    assert_eq!(
+                        args, &c["spec"]["template"]["spec"]["containers"][0]["args"],
+                        "{mode}: {name}"
+                    );
+                    let runs_controller = args
+                        .as_array()
+                        .is_some_and(|a| a.iter().any(|x| x == "controller" || x == "run"));
+                    if runs_controller {
+                        let expected = format!("--node-namespace={NODE_NAMESPACE}");
+                        assert!(
+                            args.as_array()
+                                .is_some_and(|a| a.iter().any(|x| *x == *expected)),
+                            "{mode}: {args}"
+                        );
+                    }
+                }
                 let namespaces: Vec<&str> = plain
                     .iter()
                     .filter(|o| o["kind"] == "Role" && o["metadata"]["name"] == NAME)
                     .filter_map(|o| o["metadata"]["namespace"].as_str())
                     .collect();
                 let expected: Vec<&str> = if secret_namespaces.is_empty() {
-                    vec![NAMESPACE]
+                    vec![NODE_NAMESPACE]
                 } else {
                     secret_namespaces.iter().map(String::as_str).collect()
                 };
@@ -2768,11 +2888,38 @@ mod node_agent {
         for expected in [
             "--credentials-file=/var/lib/cheiron/credentials.json",
             "--kubelet-config-json=/var/lib/kubelet/config.json",
-            "--install-bin-dir=/var/lib/cheiron/bin",
-            "--install-provider-config=/var/lib/cheiron/credential-provider-config.yaml",
         ] {
             assert!(args.contains(&expected), "{expected} not in {args:?}");
         }
+        // The plugin the kubelet runs as root: installed by the init container, which then
+        // exits; the agent mounts its directory read-only (over the writable state directory).
+        assert!(!args.iter().any(|a| a.starts_with("--install")), "{args:?}");
+        let init = &pod["initContainers"][0];
+        let init_args: Vec<&str> = init["args"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        for expected in [
+            "node-agent",
+            "--install-only",
+            "--install-bin-dir=/var/lib/cheiron/bin",
+            "--install-provider-config=/var/lib/cheiron/credential-provider-config.yaml",
+        ] {
+            assert!(
+                init_args.contains(&expected),
+                "{expected} not in {init_args:?}"
+            );
+        }
+        let plugin_mounts: Vec<&Value> = container["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["mountPath"] == "/var/lib/cheiron/bin")
+            .collect();
+        assert_eq!(plugin_mounts.len(), 1, "{}", container["volumeMounts"]);
+        assert_eq!(plugin_mounts[0]["readOnly"], true);
         assert_eq!(
             container["env"][0]["valueFrom"]["fieldRef"]["fieldPath"],
             "spec.nodeName"
@@ -2794,7 +2941,15 @@ mod node_agent {
             .flatten()
             .filter_map(|v| v["hostPath"]["path"].as_str())
             .collect();
-        assert_eq!(host_paths, ["/var/lib/cheiron", "/var/lib/kubelet"]);
+        assert_eq!(
+            host_paths,
+            [
+                "/var/lib/cheiron",
+                "/var/lib/kubelet",
+                "/var/lib/cheiron/bin",
+                "/var/lib/cheiron"
+            ]
+        );
         assert_eq!(pod["tolerations"][0]["operator"], "Exists");
 
         // Secrets: `get` only, in the named namespace only.
@@ -2834,8 +2989,17 @@ mod node_agent {
         assert_eq!(binding["metadata"]["namespace"], "node-credentials");
         assert_eq!(binding["subjects"][0]["name"], NAME);
 
-        // Its report Lease in the release namespace; no write on any manager.
+        // Its report Lease in the node namespace; no write on any manager; nothing of the agent
+        // in the release namespace (its CA key, the controller's leader Lease).
         let report = find(&objects, "Role", &format!("{NAME}-report"))?;
+        assert_eq!(report["metadata"]["namespace"], NODE_NAMESPACE);
+        let in_release: Vec<String> = objects
+            .iter()
+            .filter(|o| o["metadata"]["labels"]["app.kubernetes.io/component"] == "node-agent")
+            .filter(|o| o["metadata"]["namespace"] == NAMESPACE)
+            .map(|o| format!("{} {}", o["kind"], o["metadata"]["name"]))
+            .collect();
+        assert!(in_release.is_empty(), "{in_release:?}");
         assert_eq!(
             report["rules"],
             serde_json::json!([{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "patch"]}])

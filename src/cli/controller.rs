@@ -118,6 +118,10 @@ pub struct ControllerArgs {
         env = "CHEIRON_FLEET_CLEANUP_TIMEOUT"
     )]
     pub fleet_cleanup_timeout: u64,
+    /// Where the node agents write their report Leases (docs/node.md): the node namespace of
+    /// `cheiron manifests --node` and the chart (default: this replica's namespace).
+    #[arg(long, value_name = "NS", env = "CHEIRON_NODE_NAMESPACE")]
+    pub node_namespace: Option<String>,
 }
 
 /// Credential-provider flags: the kubelet's exec plugins, run by the controller
@@ -224,6 +228,7 @@ impl ControllerArgs {
             fleet,
             fleet_namespace,
             fleet_cleanup_timeout,
+            node_namespace,
         } = self;
         let instance = pod_name
             .or_else(|| std::env::var("HOSTNAME").ok())
@@ -236,7 +241,7 @@ impl ControllerArgs {
             resync: Duration::from_secs(resync),
             instance,
             max_source_watches,
-            node_report_namespace: own_namespace.clone(),
+            node_report_namespace: node_namespace.or_else(|| own_namespace.clone()),
             credentials: credential_providers.settings(own_namespace)?,
             fleet: controller::fleet::FleetOptions {
                 enabled: fleet,

@@ -64,8 +64,13 @@ pub struct ManifestsArgs {
     /// every node and its RBAC, as the chart's `node.enabled=true` with its default values.
     #[arg(long, env = "CHEIRON_MANIFESTS_NODE")]
     node: bool,
+    /// With --node: the agents' own namespace (their ServiceAccount, DaemonSet and report
+    /// Leases; Pod Security `privileged`), as the chart's node.namespace. Default:
+    /// `<--namespace>-node`.
+    #[arg(long, value_name = "NS", requires = "node", value_parser = parse_namespace)]
+    node_namespace: Option<String>,
     /// With --node: a namespace whose Secrets the agents may read (the sources of mode Node
-    /// managers); repeat for more. Default: cheiron's namespace.
+    /// managers); repeat for more. Default: the node namespace.
     #[arg(long = "node-secret-namespace", value_name = "NS", requires = "node", value_parser = parse_namespace)]
     node_secret_namespaces: Vec<String>,
 }
@@ -192,6 +197,7 @@ impl ManifestsArgs {
             fleet,
             fleet_namespace,
             node,
+            node_namespace,
             node_secret_namespaces,
         } = self;
         let files = Install {
@@ -203,6 +209,7 @@ impl ManifestsArgs {
                 namespaces: fleet_namespace,
             }),
             node_agent: node.then_some(NodeAgentSetup {
+                namespace: node_namespace,
                 secret_namespaces: node_secret_namespaces,
             }),
         }
@@ -276,6 +283,7 @@ mod tests {
             fleet: false,
             fleet_namespace: Vec::new(),
             node: false,
+            node_namespace: None,
             node_secret_namespaces: Vec::new(),
         }
         .run(&mut out)?;
@@ -308,6 +316,7 @@ mod tests {
             fleet: false,
             fleet_namespace: Vec::new(),
             node: false,
+            node_namespace: None,
             node_secret_namespaces: Vec::new(),
         };
         let error = args(true)

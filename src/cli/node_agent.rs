@@ -31,7 +31,7 @@ pub struct NodeAgentArgs {
     /// This node's name (in a DaemonSet: the downward API's `spec.nodeName`).
     #[arg(long, value_name = "NAME", env = "CHEIRON_NODE_NAME")]
     node_name: String,
-    /// cheiron's namespace, where the agent writes its node's report Lease (in a cluster, the
+    /// The node namespace, where the agent writes its node's report Lease (in a cluster, the
     /// Pod's namespace from the downward API; default: the client's default namespace).
     #[arg(long, value_name = "NS", env = "CHEIRON_POD_NAMESPACE")]
     pod_namespace: Option<String>,
@@ -64,6 +64,11 @@ pub struct NodeAgentArgs {
         env = "CHEIRON_INSTALL_PROVIDER_CONFIG"
     )]
     install_provider_config: Option<PathBuf>,
+    /// Install the plugin and its configuration (--install-bin-dir, --install-provider-config),
+    /// then exit without contacting the apiserver: the chart's init container, so that the
+    /// agent itself never mounts the plugin the kubelet runs as root writable.
+    #[arg(long, requires = "install_bin_dir", env = "CHEIRON_INSTALL_ONLY")]
+    install_only: bool,
     /// The credentials file's path on the host, as the kubelet's plugin reads it (default:
     /// --credentials-file).
     #[arg(long, value_name = "PATH", env = "CHEIRON_HOST_CREDENTIALS_FILE")]
@@ -104,6 +109,7 @@ impl NodeAgentArgs {
             merge_state_file,
             install_bin_dir,
             install_provider_config,
+            install_only,
             host_credentials_file,
             extra_match_images,
             cache_duration,
@@ -123,6 +129,13 @@ impl NodeAgentArgs {
             }),
             _ => None,
         };
+        if install_only {
+            if let Some(install) = &install {
+                install.apply()?;
+            }
+            tracing::info!(node = node_name, "credential-provider plugin installed");
+            return Ok(());
+        }
         let client = kube::Client::try_default()
             .await
             .context("cannot build the Kubernetes client")?;

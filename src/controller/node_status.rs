@@ -5,7 +5,7 @@
 //! ```text
 //!   idle until a mode Node manager exists, then watch:
 //!     Nodes (metadata only) ─┐
-//!     report Leases (cheiron's namespace, by label) ─┼─► every tick, if anything changed
+//!     report Leases (the node namespace, by label) ─┼─► every tick, if anything changed
 //!     the managers (uid, generation) ─┘                  (or every PERIOD): summarize, and
 //!                                                        merge-patch what differs
 //! ```
@@ -143,14 +143,18 @@ pub async fn keep(
     }
 }
 
-/// The node reports by node name, from the Leases whose name is their node's.
+/// The node reports by node name, from the Leases whose name and holder are their node's:
+/// the node namespace's admission policy lets an agent write only a Lease held by its own
+/// node (docs/node.md), so no node can speak for another.
 fn reports(leases: &[Arc<Lease>]) -> HashMap<String, NodeReport> {
     leases
         .iter()
         .filter_map(|lease| {
             let text = lease.annotations().get(REPORT_ANNOTATION)?;
             let parsed: NodeReport = serde_json::from_str(text).ok()?;
-            (report::lease_name(&parsed.node) == lease.name_any()).then_some(parsed)
+            let holder = lease.spec.as_ref()?.holder_identity.as_deref()?;
+            (report::lease_name(&parsed.node) == lease.name_any() && holder == parsed.node)
+                .then_some(parsed)
         })
         .map(|r| (r.node.clone(), r))
         .collect()
@@ -276,8 +280,20 @@ mod tests {
     use super::*;
 
     fn lease(name: &str, annotation: Option<&str>) -> Arc<Lease> {
+        held(
+            name,
+            name.strip_prefix("cheiron-node-").unwrap_or(name),
+            annotation,
+        )
+    }
+
+    fn held(name: &str, holder: &str, annotation: Option<&str>) -> Arc<Lease> {
         let mut lease = Lease::default();
         lease.metadata.name = Some(name.to_owned());
+        lease.spec = Some(k8s_openapi::api::coordination::v1::LeaseSpec {
+            holder_identity: Some(holder.to_owned()),
+            ..Default::default()
+        });
         if let Some(text) = annotation {
             lease.metadata.annotations =
                 Some([(REPORT_ANNOTATION.to_owned(), text.to_owned())].into());
@@ -296,6 +312,12 @@ mod tests {
             ),
             lease("cheiron-node-c", Some("not json")),
             lease("cheiron-node-d", None),
+            // Node f's Lease and report, held by node e: written by e, ignored.
+            held(
+                "cheiron-node-f",
+                "e",
+                Some(r#"{"node":"f","managers":[{"uid":"x","synced":true}]}"#),
+            ),
         ];
         let reports = reports(&leases);
         assert_eq!(reports.len(), 1);

@@ -1,29 +1,65 @@
 //! The node agent of the plain manifests (`cheiron manifests --node`; docs/node.md): what the
 //! chart renders with `node.enabled=true` and its default `node.*` values. A DaemonSet of
-//! `cheiron node-agent` on every node, its ServiceAccount, and its narrow RBAC: read Nodes and
-//! the cluster managers, write its node's report Lease in cheiron's namespace, read and watch
-//! Secrets by name in the namespaces named (cheiron's by default). `tests/install.rs` fails
-//! when the chart and this drift apart.
+//! `cheiron node-agent` on every node and its identity, all in a namespace of their own (the
+//! node namespace, `<cheiron's namespace>-node` by default, Pod Security `privileged`: the
+//! agent needs root and host paths) that holds nothing of the controller's. Its narrow RBAC:
+//! read Nodes and the cluster managers, write report Leases in the node namespace only (a
+//! ValidatingAdmissionPolicy holds each agent to its own node's Lease), read and watch
+//! Secrets by name in the namespaces named (the node namespace by default). No right at all
+//! in cheiron's namespace: not its CA key, not the controller's leader Lease.
+//! `tests/install.rs` fails when the chart and this drift apart.
 
 use serde_json::{Value, json};
 
-use super::{installation::Install, manifests::ManifestError, rbac, workload};
+use super::{
+    installation::{ADMIN_PORT, Install, METRICS_AUTH, MetricsAuth},
+    manifests::ManifestError,
+    rbac, workload,
+};
 
 /// The agent's ServiceAccount, ClusterRole, Roles and DaemonSet.
 pub const NODE_AGENT: &str = "cheiron-node-agent";
-/// The Role of its report Leases.
+/// The Role of its report Leases, and the ValidatingAdmissionPolicy (and binding) that lets
+/// each agent write only its own node's.
 pub const NODE_AGENT_REPORT: &str = "cheiron-node-agent-report";
+/// The binding of [`METRICS_AUTH`] to the agent, with `--metrics-auth kubernetes`.
+pub const NODE_AGENT_METRICS_AUTH: &str = "cheiron-node-agent-metrics-auth";
+/// The node namespace's default: cheiron's namespace and this suffix.
+pub const NODE_NAMESPACE_SUFFIX: &str = "-node";
 /// The host directory of the credentials file and the merge state (the chart's
 /// `node.stateDir`).
 pub const STATE_DIR: &str = "/var/lib/cheiron";
 const COMPONENT: &str = "node-agent";
 
-/// What `--node` installs: the namespaces whose Secrets the agents may read (none: cheiron's).
+/// What `--node` installs: where the agents run and whose Secrets they may read.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeAgentSetup {
-    /// The chart's `node.secretNamespaces`.
+    /// The chart's `node.namespace`: the agents' namespace, of their ServiceAccount and their
+    /// report Leases (none: cheiron's namespace and [`NODE_NAMESPACE_SUFFIX`]).
+    pub namespace: Option<String>,
+    /// The chart's `node.secretNamespaces` (none: the node namespace).
     pub secret_namespaces: Vec<String>,
 }
+
+impl NodeAgentSetup {
+    /// The node namespace of an installation in `cheiron_namespace`.
+    pub fn namespace_of(&self, cheiron_namespace: &str) -> String {
+        self.namespace
+            .clone()
+            .unwrap_or_else(|| format!("{cheiron_namespace}{NODE_NAMESPACE_SUFFIX}"))
+    }
+}
+
+/// The CEL of [`NODE_AGENT_REPORT`]'s policy: the token is bound to a Pod on a node, the Lease
+/// names that node as its holder and, unless the name is too long to be spelt out (then
+/// report.rs hashes it, and the controller reads only reports whose holder is their node),
+/// is `cheiron-node-<node>`.
+const OWN_REPORT_ONLY: &str = "'authentication.kubernetes.io/node-name' in request.userInfo.extra \
+    && size(request.userInfo.extra['authentication.kubernetes.io/node-name']) == 1 \
+    && has(object.spec) && has(object.spec.holderIdentity) \
+    && object.spec.holderIdentity == request.userInfo.extra['authentication.kubernetes.io/node-name'][0] \
+    && (object.metadata.name == 'cheiron-node-' + request.userInfo.extra['authentication.kubernetes.io/node-name'][0] \
+        || size(request.userInfo.extra['authentication.kubernetes.io/node-name'][0]) > 240)";
 
 impl Install {
     /// The node agent's objects, in the chart's order.
@@ -31,30 +67,41 @@ impl Install {
         &self,
         setup: &NodeAgentSetup,
     ) -> Result<Vec<Value>, ManifestError> {
-        let mut objects = vec![serde_json::to_value(workload::service_account(
-            self, NODE_AGENT, COMPONENT,
-        ))?];
-        objects.extend(self.cluster_access(
+        let node_namespace = setup.namespace_of(&self.namespace);
+        // Every namespaced object of the agent, and the subject of every binding, is there.
+        let node = Install {
+            namespace: node_namespace.clone(),
+            ..self.clone()
+        };
+        let mut objects = vec![
+            node.node_namespace(),
+            serde_json::to_value(workload::service_account(&node, NODE_AGENT, COMPONENT))?,
+        ];
+        objects.extend(node.cluster_access(
             NODE_AGENT,
             COMPONENT,
             &[NODE_AGENT],
             rbac::node_agent_rules(),
         )?);
-        objects.extend(self.namespace_access(
+        if self.metrics_auth == MetricsAuth::Kubernetes {
+            objects.push(node.metrics_auth_binding());
+        }
+        objects.extend(node.namespace_access(
             NODE_AGENT_REPORT,
             COMPONENT,
             NODE_AGENT,
             rbac::node_agent_report_rules(),
         )?);
+        objects.extend(node.own_report_only());
         let namespaces = if setup.secret_namespaces.is_empty() {
-            vec![self.namespace.clone()]
+            vec![node_namespace]
         } else {
             setup.secret_namespaces.clone()
         };
         for namespace in namespaces {
             let in_namespace = Install {
                 namespace,
-                ..self.clone()
+                ..node.clone()
             };
             let [role, mut binding] = in_namespace.namespace_access(
                 NODE_AGENT,
@@ -62,12 +109,106 @@ impl Install {
                 NODE_AGENT,
                 rbac::node_agent_secret_rules(),
             )?;
-            // The subject is the agent's ServiceAccount, in cheiron's namespace.
-            binding["subjects"][0]["namespace"] = json!(self.namespace);
+            // The subject is the agent's ServiceAccount, in the node namespace.
+            binding["subjects"][0]["namespace"] = json!(node.namespace);
             objects.extend([role, binding]);
         }
-        objects.push(self.node_agent_daemon_set());
+        objects.push(node.node_agent_daemon_set());
+        objects.push(node.node_agent_network_policy());
         Ok(objects)
+    }
+
+    /// The node namespace: Pod Security `privileged` (the agent runs as root with host paths;
+    /// `restricted` would refuse its Pods), and nothing of the controller's in it.
+    fn node_namespace(&self) -> Value {
+        let mut labels = json!(self.labels(COMPONENT));
+        for mode in ["enforce", "audit", "warn"] {
+            labels[format!("pod-security.kubernetes.io/{mode}")] = json!("privileged");
+        }
+        json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": self.namespace, "labels": labels},
+        })
+    }
+
+    /// With `--metrics-auth kubernetes`: the agent may review the tokens of `/metrics`
+    /// requests, as every other identity of cheiron.
+    fn metrics_auth_binding(&self) -> Value {
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": self.cluster_meta(NODE_AGENT_METRICS_AUTH, COMPONENT),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": METRICS_AUTH,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": NODE_AGENT, "namespace": self.namespace}],
+        })
+    }
+
+    /// RBAC cannot give each Pod of a DaemonSet its own Lease: this policy does. An agent's
+    /// token is bound to its Pod, so it carries the Pod's node
+    /// (`authentication.kubernetes.io/node-name`); a Lease
+    /// the agent creates or changes must be that node's report.
+    fn own_report_only(&self) -> [Value; 2] {
+        let agent = format!("system:serviceaccount:{}:{NODE_AGENT}", self.namespace);
+        [
+            json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicy",
+                "metadata": self.cluster_meta(NODE_AGENT_REPORT, COMPONENT),
+                "spec": {
+                    "failurePolicy": "Fail",
+                    "matchConstraints": {
+                        "resourceRules": [{
+                            "apiGroups": ["coordination.k8s.io"],
+                            "apiVersions": ["*"],
+                            "operations": ["CREATE", "UPDATE"],
+                            "resources": ["leases"],
+                        }],
+                    },
+                    "matchConditions": [{
+                        "name": "node-agent",
+                        "expression": format!("request.userInfo.username == '{agent}'"),
+                    }],
+                    "validations": [{
+                        "expression": OWN_REPORT_ONLY,
+                        "message": "a cheiron node agent may write only its own node's report Lease (cheiron-node-<node>, holder <node>), with a token bound to its Pod",
+                        "reason": "Forbidden",
+                    }],
+                },
+            }),
+            json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicyBinding",
+                "metadata": self.cluster_meta(NODE_AGENT_REPORT, COMPONENT),
+                "spec": {
+                    "policyName": NODE_AGENT_REPORT,
+                    "validationActions": ["Deny"],
+                },
+            }),
+        ]
+    }
+
+    /// The agents' admin port (`/healthz`, `/readyz`, `/metrics`) admits Pods of the node
+    /// namespace only, as the other components' admit their namespace's (kubelet probes come
+    /// from the Pod's own node, always admitted).
+    fn node_agent_network_policy(&self) -> Value {
+        json!({
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": self.meta(NODE_AGENT, COMPONENT),
+            "spec": {
+                "podSelector": {"matchLabels": self.selector(COMPONENT)},
+                "policyTypes": ["Ingress"],
+                "ingress": [{
+                    "ports": [{"port": ADMIN_PORT, "protocol": "TCP"}],
+                    "from": [{"podSelector": {}}],
+                }],
+            },
+        })
     }
 
     fn node_agent_daemon_set(&self) -> Value {
@@ -85,6 +226,17 @@ impl Install {
                 "timeoutSeconds": 2,
             })
         };
+        let mut args = vec![
+            "node-agent".to_owned(),
+            "--log-format=json".to_owned(),
+            "--log=info".to_owned(),
+            format!("--credentials-file={STATE_DIR}/credentials.json"),
+            "--cache-duration=60s".to_owned(),
+            "--resync=60s".to_owned(),
+        ];
+        if self.metrics_auth != MetricsAuth::None {
+            args.push(format!("--metrics-auth={}", self.metrics_auth));
+        }
         json!({
             "apiVersion": "apps/v1",
             "kind": "DaemonSet",
@@ -108,14 +260,7 @@ impl Install {
                             "name": COMPONENT,
                             "image": self.image,
                             "imagePullPolicy": "IfNotPresent",
-                            "args": [
-                                "node-agent",
-                                "--log-format=json",
-                                "--log=info",
-                                format!("--credentials-file={STATE_DIR}/credentials.json"),
-                                "--cache-duration=60s",
-                                "--resync=60s",
-                            ],
+                            "args": args,
                             "env": [
                                 env("CHEIRON_NODE_NAME", "spec.nodeName"),
                                 env("CHEIRON_POD_NAMESPACE", "metadata.namespace"),
@@ -143,5 +288,128 @@ impl Install {
                 },
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn objects(install: &Install) -> Vec<Value> {
+        install
+            .node_agent_objects(&NodeAgentSetup::default())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn the_agent_lives_in_its_own_namespace_and_has_nothing_in_cheirons() {
+        let install = Install::default();
+        let node = format!("{}{NODE_NAMESPACE_SUFFIX}", install.namespace);
+        let all = objects(&install);
+        assert_eq!(all[0]["kind"], "Namespace");
+        assert_eq!(all[0]["metadata"]["name"], node.as_str());
+        assert_eq!(
+            all[0]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+            "privileged"
+        );
+        for object in &all {
+            assert_ne!(
+                object["metadata"]["namespace"],
+                install.namespace.as_str(),
+                "{object}"
+            );
+            for subject in object["subjects"].as_array().into_iter().flatten() {
+                assert_eq!(subject["namespace"], node.as_str(), "{object}");
+            }
+        }
+        let secret_roles: Vec<&Value> = all
+            .iter()
+            .filter(|o| o["kind"] == "Role" && o["metadata"]["name"] == NODE_AGENT)
+            .collect();
+        assert_eq!(secret_roles.len(), 1);
+        assert_eq!(secret_roles[0]["metadata"]["namespace"], node.as_str());
+        let named = NodeAgentSetup {
+            namespace: Some("agents".to_owned()),
+            secret_namespaces: vec![],
+        };
+        assert_eq!(named.namespace_of("cheiron"), "agents");
+    }
+
+    #[test]
+    fn the_report_policy_binds_the_agents_identity_to_its_own_nodes_lease() {
+        let all = objects(&Install::default());
+        let policy = all
+            .iter()
+            .find(|o| o["kind"] == "ValidatingAdmissionPolicy")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            policy["spec"]["matchConditions"][0]["expression"],
+            "request.userInfo.username == 'system:serviceaccount:cheiron-system-node:cheiron-node-agent'"
+        );
+        let rule = policy["spec"]["validations"][0]["expression"]
+            .as_str()
+            .unwrap_or_default();
+        // The user-info extra of a token bound to a Pod: the Pod's node.
+        assert!(
+            rule.contains("request.userInfo.extra['authentication.kubernetes.io/node-name'][0]"),
+            "{rule}"
+        );
+        assert!(rule.contains("object.spec.holderIdentity =="), "{rule}");
+        // The prefix report.rs names Leases with.
+        assert_eq!(crate::node::report::lease_name("n"), "cheiron-node-n");
+        assert!(rule.contains("'cheiron-node-' +"), "{rule}");
+        let binding = all
+            .iter()
+            .find(|o| o["kind"] == "ValidatingAdmissionPolicyBinding")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(binding["spec"]["policyName"], NODE_AGENT_REPORT);
+        assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    }
+
+    #[test]
+    fn with_metrics_auth_the_agent_reviews_tokens_and_a_network_policy_selects_it() {
+        let open = objects(&Install::default());
+        let reviewed = objects(&Install {
+            metrics_auth: MetricsAuth::Kubernetes,
+            ..Install::default()
+        });
+        let args = |all: &[Value]| {
+            all.iter()
+                .find(|o| o["kind"] == "DaemonSet")
+                .map(|d| d["spec"]["template"]["spec"]["containers"][0]["args"].clone())
+                .unwrap_or_default()
+        };
+        assert!(!args(&open).to_string().contains("--metrics-auth"));
+        assert!(
+            args(&reviewed)
+                .to_string()
+                .contains("\"--metrics-auth=kubernetes\"")
+        );
+        let binding = reviewed
+            .iter()
+            .find(|o| o["metadata"]["name"] == NODE_AGENT_METRICS_AUTH)
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(binding["roleRef"]["name"], METRICS_AUTH);
+        assert!(
+            !open
+                .iter()
+                .any(|o| o["metadata"]["name"] == NODE_AGENT_METRICS_AUTH)
+        );
+        let policy = open
+            .iter()
+            .find(|o| o["kind"] == "NetworkPolicy")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            policy["spec"]["ingress"][0]["ports"][0]["port"],
+            json!(ADMIN_PORT)
+        );
+        assert_eq!(
+            policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
+            COMPONENT
+        );
     }
 }

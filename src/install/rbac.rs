@@ -61,9 +61,9 @@ pub fn webhook_rules() -> Vec<PolicyRule> {
 /// - Events (`events.k8s.io/v1`): `create`d, and `patch`ed when they repeat, in the namespace
 ///   of the manager, ServiceAccount or Pod (`default` for cluster managers);
 /// - mode Node (docs/node.md): Nodes watched (metadata: their labels) and the node agents'
-///   report Leases watched (by label, in cheiron's namespace; a ClusterRole cannot narrow
-///   `list`/`watch` to one namespace, and a Lease holds no secret), only once a mode Node
-///   manager exists.
+///   report Leases watched (by label, in the node namespace, `--node-namespace`; a
+///   ClusterRole cannot narrow `list`/`watch` to one namespace, and a Lease holds no secret),
+///   only once a mode Node manager exists.
 pub fn controller_rules() -> Vec<PolicyRule> {
     vec![
         rule(GROUP, &MANAGERS, &["list", "watch", "patch"]),
@@ -102,8 +102,10 @@ pub fn node_agent_rules() -> Vec<PolicyRule> {
     ]
 }
 
-/// The node agent's report Lease (`cheiron-node-<node>`) in cheiron's namespace, by
-/// server-side apply: `create` and `patch` cannot name one Lease per Pod of a DaemonSet.
+/// The node agent's report Lease (`cheiron-node-<node>`) in the node namespace (never
+/// cheiron's, which holds the controller's leader Lease), by server-side apply: `create` and
+/// `patch` cannot name one Lease per Pod of a DaemonSet, so a ValidatingAdmissionPolicy holds
+/// each agent to its own node's Lease (install/node_agent.rs).
 pub fn node_agent_report_rules() -> Vec<PolicyRule> {
     vec![rule(
         "coordination.k8s.io",
@@ -254,6 +256,9 @@ mod tests {
             certificates_webhook_rules("cheiron"),
             metrics_auth_rules(),
             metrics_reader_rules(),
+            node_agent_rules(),
+            node_agent_report_rules(),
+            node_agent_secret_rules(),
         ]
         .concat();
         for rule in &all {

@@ -179,6 +179,13 @@ pub fn container_args(install: &Install, workload: Workload) -> Vec<String> {
                 .map(|ns| format!("--fleet-namespace={ns}")),
         );
     }
+    if let (true, Some(node)) = (workload.runs_controller(), &install.node_agent) {
+        // The node agents' report Leases are in their own namespace (docs/node.md).
+        args.push(format!(
+            "--node-namespace={}",
+            node.namespace_of(&install.namespace)
+        ));
+    }
     if workload.runs_controller() && install.credential_providers.is_some() {
         args.extend(CredentialProviderSetup::args());
     }

@@ -69,7 +69,7 @@ pub const DEFAULT_RESYNC: Duration = Duration::from_secs(60);
 pub struct AgentConfig {
     /// This node's name.
     pub node_name: String,
-    /// cheiron's namespace, where the node's report Lease is.
+    /// The node namespace, where the node's report Lease is (docs/node.md).
     pub namespace: String,
     /// The node-local credentials file.
     pub credentials_file: PathBuf,

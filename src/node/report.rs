@@ -2,7 +2,7 @@
 //! a manager's status (docs/node.md, "Status").
 //!
 //! ```text
-//!   node agent ──► Lease cheiron-node-<node> (cheiron's namespace), one per node:
+//!   node agent ──► Lease cheiron-node-<node> (the node namespace), one per node:
 //!                  annotation node.cheiron.anny.co/report = {node, managers: [{uid, synced, ...}]}
 //!   controller ──► watches those Leases and the Nodes' metadata, and writes per manager
 //!                  status.nodesSelected / nodesSynced / nodeSummary and a bounded status.nodes

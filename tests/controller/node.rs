@@ -524,110 +524,217 @@ fn metric(text: &str, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// The agent under exactly the RBAC `cheiron manifests --node` gives it (impersonating its
-/// ServiceAccount), with its Secret Role narrowed to the one source by name (the chart's
-/// `node.secretNames`): it reads and watches that Secret by its `metadata.name` field
-/// selector, writes its report Lease, and cannot read another Secret of the namespace.
-#[tokio::test]
-async fn an_agent_works_with_only_the_manifests_rbac_narrowed_to_its_secret() -> Result {
-    use cheiron::install::{DeploymentMode, Install, NodeAgentSetup};
-    use k8s_openapi::api::{
-        core::v1::{Secret, ServiceAccount},
-        rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding},
+/// Applies `object` (server-side, as the test's admin).
+async fn apply_object(client: &kube::Client, object: &Value) -> Result {
+    use kube::{
+        api::{DynamicObject, GroupVersionKind, Patch, PatchParams},
+        discovery::Scope,
     };
+    let object: DynamicObject = serde_json::from_value(object.clone())?;
+    let types = object
+        .types
+        .clone()
+        .ok_or("an object without apiVersion and kind")?;
+    let gvk = GroupVersionKind::try_from(&types)?;
+    let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk).await?;
+    let api: Api<DynamicObject> = match capabilities.scope {
+        Scope::Namespaced => Api::namespaced_with(
+            client.clone(),
+            object.metadata.namespace.as_deref().unwrap_or("default"),
+            &resource,
+        ),
+        Scope::Cluster => Api::all_with(client.clone(), &resource),
+    };
+    let name = object.metadata.name.clone().unwrap_or_default();
+    api.patch(
+        &name,
+        &PatchParams::apply("cheiron-e2e").force(),
+        &Patch::Apply(&object),
+    )
+    .await
+    .map_err(|e| format!("{} {name}: {e}", types.kind))?;
+    Ok(())
+}
 
-    let s = ControllerScenario::new("node-rbac").await?;
-    let own = s.create_namespace(&[], &[]).await?;
-    let sources = s.create_namespace(&[], &[]).await?;
-    s.create_secret(&sources, &pull_secret("first")).await?;
-    let mut other = pull_secret("other");
-    other.metadata.name = Some("not-a-source".to_owned());
-    s.create_secret(&sources, &other).await?;
+/// `cheiron manifests --node --metrics-auth kubernetes --namespace OWN --node-namespace NODES`
+/// as the cluster's admin applies it: the agent's objects (not its DaemonSet: the test runs
+/// the agent), and the ClusterRole its metrics-auth binding names. Cluster-scoped names get
+/// `suffix` (tests share the cluster); the Secret Role is narrowed to `node-pull` (the chart's
+/// `node.secretNames`). Returns the cluster-scoped objects, to delete.
+async fn install_node_agent(
+    client: &kube::Client,
+    own: &str,
+    nodes: &str,
+    suffix: &str,
+) -> Result<Vec<Value>> {
+    use cheiron::install::{DeploymentMode, Install, METRICS_AUTH, MetricsAuth, NodeAgentSetup};
 
-    // `cheiron manifests --node --namespace OWN --node-secret-namespace SOURCES`, its
-    // cluster-wide names made unique, the Secret Role narrowed to `node-pull`.
     let install = Install {
-        namespace: own.clone(),
+        namespace: own.to_owned(),
+        metrics_auth: MetricsAuth::Kubernetes,
         node_agent: Some(NodeAgentSetup {
-            secret_namespaces: vec![sources.clone()],
+            namespace: Some(nodes.to_owned()),
+            secret_namespaces: Vec::new(),
         }),
         ..Install::default()
     };
-    let cluster_name = s.unique_name("node-agent");
-    let client = s.client().clone();
+    let unique = |name: &Value| json!(format!("{}-{suffix}", name.as_str().unwrap_or_default()));
+    let mut cluster_scoped = Vec::new();
     for mut object in install.server_objects_for(DeploymentMode::Split)? {
-        if object["metadata"]["labels"]["app.kubernetes.io/component"] != "node-agent" {
+        let component = &object["metadata"]["labels"]["app.kubernetes.io/component"];
+        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+        let metrics_auth = kind == "ClusterRole" && object["metadata"]["name"] == METRICS_AUTH;
+        if (component != "node-agent" && !metrics_auth) || kind == "DaemonSet" {
             continue;
         }
-        let pp = PostParams::default();
-        match object["kind"].as_str().unwrap_or_default() {
-            "ServiceAccount" => {
-                let sa: ServiceAccount = serde_json::from_value(object)?;
-                Api::namespaced(client.clone(), &own)
-                    .create(&pp, &sa)
-                    .await?;
+        if object["metadata"]["namespace"].is_null() && kind != "Namespace" {
+            object["metadata"]["name"] = unique(&object["metadata"]["name"]);
+            if kind == "ClusterRoleBinding" {
+                object["roleRef"]["name"] = unique(&object["roleRef"]["name"]);
             }
-            "ClusterRole" => {
-                object["metadata"]["name"] = json!(cluster_name);
-                let role: ClusterRole = serde_json::from_value(object)?;
-                Api::all(client.clone()).create(&pp, &role).await?;
+            if kind == "ValidatingAdmissionPolicyBinding" {
+                object["spec"]["policyName"] = unique(&object["spec"]["policyName"]);
             }
-            "ClusterRoleBinding" => {
-                object["metadata"]["name"] = json!(cluster_name);
-                object["roleRef"]["name"] = json!(cluster_name);
-                let binding: ClusterRoleBinding = serde_json::from_value(object)?;
-                Api::all(client.clone()).create(&pp, &binding).await?;
-            }
-            "Role" => {
-                if object["metadata"]["namespace"] == sources.as_str() {
-                    object["rules"][0]["resourceNames"] = json!(["node-pull"]);
-                }
-                let role: Role = serde_json::from_value(object)?;
-                let namespace = role.metadata.namespace.clone().unwrap_or_default();
-                Api::namespaced(client.clone(), &namespace)
-                    .create(&pp, &role)
-                    .await?;
-            }
-            "RoleBinding" => {
-                let binding: RoleBinding = serde_json::from_value(object)?;
-                let namespace = binding.metadata.namespace.clone().unwrap_or_default();
-                Api::namespaced(client.clone(), &namespace)
-                    .create(&pp, &binding)
-                    .await?;
-            }
-            _ => {}
+            cluster_scoped.push(object.clone());
         }
+        if kind == "Role" && object["metadata"]["name"] == cheiron::install::NODE_AGENT {
+            object["rules"][0]["resourceNames"] = json!(["node-pull"]);
+        }
+        apply_object(client, &object).await?;
     }
+    Ok(cluster_scoped)
+}
 
-    // A kubeconfig acting as the agent's ServiceAccount.
+/// A token of the agent's ServiceAccount bound to a Pod on `node`, as the kubelet gives the
+/// agent's Pod: it carries the node's name (`authentication.kubernetes.io/node-name`).
+async fn agent_token(client: &kube::Client, nodes: &str, node: &str) -> Result<String> {
+    use k8s_openapi::api::{
+        authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec},
+        core::v1::{Pod, ServiceAccount},
+    };
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": format!("agent-{node}")},
+        "spec": {
+            "nodeName": node,
+            "serviceAccountName": cheiron::install::NODE_AGENT,
+            "containers": [{"name": "node-agent", "image": "cheiron"}],
+        },
+    }))?;
+    let pod = Api::<Pod>::namespaced(client.clone(), nodes)
+        .create(&PostParams::default(), &pod)
+        .await?;
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(3600),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".to_owned()),
+                kind: Some("Pod".to_owned()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
+        },
+        ..TokenRequest::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(client.clone(), nodes)
+        .create_token_request(
+            cheiron::install::NODE_AGENT,
+            &PostParams::default(),
+            &request,
+        )
+        .await?;
+    Ok(token.status.ok_or("no token")?.token)
+}
+
+/// The shared cluster's kubeconfig, its user replaced by `token`.
+fn kubeconfig_with_token(token: &str) -> Result<kube::config::Kubeconfig> {
     let host = crate::harness::controller::Host::shared()?;
-    let mut kubeconfig = kube::config::Kubeconfig::read_from(&host.kubeconfig)?;
-    for user in &mut kubeconfig.auth_infos {
-        if let Some(auth) = user.auth_info.as_mut() {
-            auth.impersonate = Some(format!(
-                "system:serviceaccount:{own}:{}",
-                cheiron::install::NODE_AGENT
-            ));
-        }
+    let admin = kube::config::Kubeconfig::read_from(&host.kubeconfig)?;
+    let mut value = serde_json::to_value(&admin)?;
+    for user in value["users"].as_array_mut().into_iter().flatten() {
+        user["user"] = json!({"token": token});
     }
+    Ok(serde_json::from_value(value)?)
+}
+
+fn is_forbidden<T: std::fmt::Debug>(result: &std::result::Result<T, kube::Error>) -> bool {
+    matches!(result, Err(kube::Error::Api(e)) if e.code == 403)
+}
+
+/// The agent under exactly the objects `cheiron manifests --node` gives it, with a token bound
+/// to a Pod on its node as in a cluster. It works: it reads and watches its source by name in
+/// the node namespace and writes its report Lease. A compromised node cannot do more with that
+/// token: no Secret of cheiron's namespace (the webhook CA's key) and no other Secret of the
+/// node namespace; no Lease in cheiron's namespace (the controller's leader Lease); no other
+/// node's report (the admission policy), not even its own Lease held by another node; and its
+/// `/metrics` refuses an unauthenticated scrape and a token without the right.
+#[tokio::test]
+async fn a_node_agent_can_read_and_write_only_what_its_node_needs() -> Result {
+    use k8s_openapi::api::core::v1::{Namespace, Secret};
+    use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+
+    let s = ControllerScenario::new("node-rbac").await?;
+    let client = s.client().clone();
+    let own = s.create_namespace(&[], &[]).await?;
+    let nodes = s.unique_name("nodes");
+    let suffix = s.unique_name("rbac");
+    let cluster_scoped = install_node_agent(&client, &own, &nodes, &suffix).await?;
+
+    // What a node must never reach: cheiron's CA key and leader Lease.
+    let mut ca = pull_secret("ca");
+    ca.metadata.name = Some("cheiron-tls-ca".to_owned());
+    s.create_secret(&own, &ca).await?;
+    let leader: Lease = serde_json::from_value(json!({
+        "metadata": {"name": "cheiron-controller"},
+        "spec": {"holderIdentity": "controller-0", "leaseDurationSeconds": 15},
+    }))?;
+    Api::<Lease>::namespaced(client.clone(), &own)
+        .create(&PostParams::default(), &leader)
+        .await?;
+    s.create_secret(&nodes, &pull_secret("first")).await?;
+    let mut other = pull_secret("other");
+    other.metadata.name = Some("not-a-source".to_owned());
+    s.create_secret(&nodes, &other).await?;
+
+    let pool = s.unique_name("pool");
+    let node = create_node(&s, &s.unique_name("r"), &pool).await?;
+    let neighbour = create_node(&s, &s.unique_name("n"), &pool).await?;
+    let token = agent_token(&client, &nodes, &node.name).await?;
+    let kubeconfig = kubeconfig_with_token(&token)?;
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("agent.kubeconfig");
     std::fs::write(&path, serde_json::to_string(&kubeconfig)?)?;
     let as_agent = kube::Client::try_from(
         kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?,
     )?;
-    let forbidden = Api::<Secret>::namespaced(as_agent.clone(), &sources)
+
+    let secrets = Api::<Secret>::namespaced(as_agent.clone(), &own);
+    let read = secrets.get("cheiron-tls-ca").await;
+    assert!(is_forbidden(&read), "cheiron's CA key: {read:?}");
+    let listed = secrets.list(&ListParams::default()).await;
+    assert!(is_forbidden(&listed), "cheiron's Secrets: {listed:?}");
+    let read = Api::<Secret>::namespaced(as_agent.clone(), &nodes)
         .get("not-a-source")
         .await;
     assert!(
-        matches!(&forbidden, Err(kube::Error::Api(e)) if e.code == 403),
-        "another Secret of the namespace: {forbidden:?}"
+        is_forbidden(&read),
+        "another Secret of the node namespace: {read:?}"
     );
+    let leases = Api::<Lease>::namespaced(as_agent.clone(), &own);
+    let read = leases.get("cheiron-controller").await;
+    assert!(is_forbidden(&read), "the leader Lease: {read:?}");
+    let taken = leases
+        .patch(
+            "cheiron-controller",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"holderIdentity": "node"}})),
+        )
+        .await;
+    assert!(is_forbidden(&taken), "taking the leader Lease: {taken:?}");
 
-    let pool = s.unique_name("pool");
-    let node = create_node(&s, &s.unique_name("r"), &pool).await?;
+    let host = crate::harness::controller::Host::shared()?;
     let credentials = node.credentials().display().to_string();
-    let _agent = CheironProcess::node_agent_on(
+    let agent = CheironProcess::node_agent_on(
         &crate::harness::controller::Host {
             kubeconfig: path.clone(),
             ..host.clone()
@@ -639,7 +746,9 @@ async fn an_agent_works_with_only_the_manifests_rbac_narrowed_to_its_secret() ->
             "--credentials-file",
             &credentials,
             "--pod-namespace",
-            &own,
+            &nodes,
+            "--metrics-auth",
+            "kubernetes",
             "--resync",
             "1h",
         ],
@@ -649,7 +758,7 @@ async fn an_agent_works_with_only_the_manifests_rbac_narrowed_to_its_secret() ->
             &s.unique_name("nodes"),
             s.id(),
             &pool,
-            &sources,
+            &nodes,
         ))
         .await?;
     until_logins(
@@ -660,7 +769,7 @@ async fn an_agent_works_with_only_the_manifests_rbac_narrowed_to_its_secret() ->
     )
     .await?;
     // The watch is allowed: a rotation arrives long before the hour's resync.
-    s.replace_secret_data(&sources, "node-pull", &pull_secret("second"))
+    s.replace_secret_data(&nodes, "node-pull", &pull_secret("second"))
         .await?;
     until_logins(
         &s,
@@ -669,7 +778,7 @@ async fn an_agent_works_with_only_the_manifests_rbac_narrowed_to_its_secret() ->
         Some(expected_logins("second")),
     )
     .await?;
-    let lease = Api::<Lease>::namespaced(client.clone(), &own)
+    let lease = Api::<Lease>::namespaced(client.clone(), &nodes)
         .get(&format!("cheiron-node-{}", node.name))
         .await?;
     let report = lease
@@ -680,16 +789,73 @@ async fn an_agent_works_with_only_the_manifests_rbac_narrowed_to_its_secret() ->
         .ok_or("no report")?;
     assert!(report.contains("\"synced\":true"), "{report}");
 
+    // Another node's report, and its own Lease held by another node: refused.
+    let report_of = |name: String, holder: &str| -> Result<Value> {
+        Ok(json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": name,
+                "labels": {"node.cheiron.anny.co/report": "v1"},
+                "annotations": {"node.cheiron.anny.co/report": format!("{{\"node\":\"{holder}\",\"managers\":[]}}")},
+            },
+            "spec": {"holderIdentity": holder},
+        }))
+    };
+    let reports = Api::<DynamicObject>::namespaced_with(
+        as_agent.clone(),
+        &nodes,
+        &kube::api::ApiResource::erase::<Lease>(&()),
+    );
+    for (name, holder) in [
+        (
+            format!("cheiron-node-{}", neighbour.name),
+            neighbour.name.as_str(),
+        ),
+        (
+            format!("cheiron-node-{}", node.name),
+            neighbour.name.as_str(),
+        ),
+    ] {
+        let forged: DynamicObject = serde_json::from_value(report_of(name.clone(), holder)?)?;
+        let written = reports
+            .patch(
+                &name,
+                &PatchParams::apply("forger").force(),
+                &Patch::Apply(&forged),
+            )
+            .await;
+        assert!(
+            matches!(&written, Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains("only its own node's report")),
+            "{name} held by {holder}: {written:?}"
+        );
+    }
+
+    // /metrics: no token, 401; a token without the right to read it, 403.
+    assert_eq!(agent.admin_status("/metrics").await, Some(401));
+    let with_token = reqwest::Client::new()
+        .get(format!("http://{}/metrics", agent.admin()))
+        .bearer_auth(&token)
+        .send()
+        .await?;
+    assert_eq!(with_token.status().as_u16(), 403);
+
     let object = s.manager(&manager).await?.ok_or("manager gone early")?;
     s.delete_manager(&object).await?;
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .delete(&cluster_name, &DeleteParams::default())
+    drop(agent);
+    for object in cluster_scoped.iter().rev() {
+        let object: DynamicObject = serde_json::from_value(object.clone())?;
+        let gvk = kube::api::GroupVersionKind::try_from(&object.types.clone().unwrap_or_default())?;
+        let (resource, _) = kube::discovery::pinned_kind(&client, &gvk).await?;
+        Api::<DynamicObject>::all_with(client.clone(), &resource)
+            .delete(
+                &object.metadata.name.unwrap_or_default(),
+                &DeleteParams::default(),
+            )
+            .await?;
+    }
+    Api::<Namespace>::all(client.clone())
+        .delete(&nodes, &DeleteParams::default())
         .await?;
-    Api::<ClusterRole>::all(client.clone())
-        .delete(&cluster_name, &DeleteParams::default())
-        .await?;
-    Api::<Node>::all(client)
-        .delete(&node.name, &DeleteParams::default())
-        .await?;
-    Ok(())
+    delete_nodes(&s, &[&node, &neighbour]).await
 }

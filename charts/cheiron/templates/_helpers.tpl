@@ -97,3 +97,10 @@ serves the webhook, so its Pods are webhook Pods. */}}
 {{- fail "certificates.source=secret needs certificates.secretName: the kubernetes.io/tls Secret you created" }}
 {{- end }}
 {{- end }}
+
+{{/*
+The node agents' namespace (docs/node.md): node.namespace, default `<release namespace>-node`.
+*/}}
+{{- define "cheiron.nodeNamespace" -}}
+{{- default (printf "%s-node" .Release.Namespace) .Values.node.namespace }}
+{{- end }}
