@@ -438,6 +438,8 @@ impl NodeCluster {
     /// The node cluster running `cheiron`, started on the first call (which blocks until it is
     /// up or has failed; every later call returns the same outcome).
     pub fn start(cheiron: Cheiron) -> Result<&'static Self> {
+        // Before anything else: as another user, say so rather than fail on a side effect.
+        require_root()?;
         let cluster = NODE_CLUSTER.get_or_init(|| {
             let started = std::thread::Builder::new()
                 .name("node-cluster".to_owned())
