@@ -31,8 +31,8 @@ const CONTROLLER_MANAGER_READY: Duration = Duration::from_secs(30);
 /// What a test may change about the control plane it starts.
 #[derive(Clone, Debug, Default)]
 pub struct ControlPlaneOptions {
-    /// Extra kube-apiserver flags, after the defaults (a later flag wins), e.g.
-    /// `--max-requests-inflight=10`.
+    /// Extra kube-apiserver flags, after the defaults, e.g. `--max-requests-inflight=10`. A
+    /// `--flag=value` here replaces the default `--flag=...` (say `--authorization-mode`).
     pub apiserver_args: Vec<String>,
 }
 
@@ -167,6 +167,17 @@ impl ControlPlane {
             "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
             "--endpoint-reconciler-type=none".to_owned(),
         ];
+        // A flag the options set replaces the default one: list flags such as
+        // --authorization-mode would otherwise add up (and a mode named twice is an error).
+        let flag = |arg: &str| arg.split_once('=').map(|(name, _)| name.to_owned());
+        apiserver_args.retain(|default| {
+            flag(default).is_none_or(|name| {
+                !options
+                    .apiserver_args
+                    .iter()
+                    .any(|a| flag(a).as_deref() == Some(&name))
+            })
+        });
         apiserver_args.extend(options.apiserver_args);
         let mut apiserver_launch = Launch {
             name: "kube-apiserver",

@@ -26,6 +26,7 @@ mod control_plane;
 pub mod controller;
 pub mod kubectl;
 pub mod load;
+pub mod node;
 mod objects;
 mod process;
 pub mod review;

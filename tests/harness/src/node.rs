@@ -1,0 +1,990 @@
+//! A real one-node cluster for the node tests (`tests/node/`): the control plane with the Node
+//! authorizer and `NodeRestriction`, cheiron's webhook and controller, a private registry with
+//! TLS and htpasswd auth on 127.0.0.1, and containerd, runc and a kubelet that pull from it
+//! with the credentials the Pods carry. The tools come from `tests/node/tools` (built or
+//! installed on first use); everything this module sets up on the machine is recorded in a
+//! state directory and undone by `tests/node/janitor` when the test binary exits, however it
+//! exits. Needs root.
+
+use std::{
+    collections::BTreeMap,
+    io::Write,
+    path::{Path, PathBuf},
+    process::{Child, ChildStdin, Command, Stdio},
+    sync::{Mutex, OnceLock},
+    time::{Duration, Instant},
+};
+
+use base64::Engine;
+use cheiron::install::{WebhookClient, WebhookRegistration};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::{Api, Client, api::PostParams};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+
+use super::{
+    Cheiron, Result,
+    cluster::run_dir,
+    control_plane::{ControlPlane, ControlPlaneOptions, free_ports, random_token},
+    controller::{CheironProcess, Host, READY_WITHIN, SHARED_CONTROLLER_ARGS},
+    process::{Process, log_tail},
+    webhook::{WebhookCertificates, WebhookProcess, install_crds, register},
+};
+
+/// The private test image's repository in the registry.
+pub const PRIVATE_REPOSITORY: &str = "private/app";
+/// containerd's `sandbox_image`, imported from `tests/node/tools`' archive, never pulled.
+const PAUSE_IMAGE: &str = "cheiron.test/pause:1";
+/// The node's name: its client certificate says `system:node:<NODE_NAME>`.
+pub const NODE_NAME: &str = "cheiron-node";
+
+const REGISTRY_READY: Duration = Duration::from_secs(30);
+const CONTAINERD_READY: Duration = Duration::from_secs(30);
+const NODE_READY: Duration = Duration::from_secs(90);
+/// How long a Pod may take to run or to fail its pull on a loaded 2-core machine.
+pub const POD_SETTLES: Duration = Duration::from_secs(90);
+
+/// The kernel settings the kubelet changes on start (`setupKernelTunables`) and the bridge
+/// plugin may change; the janitor writes back what they were.
+const SYSCTLS: [&str; 7] = [
+    "vm.overcommit_memory",
+    "vm.panic_on_oom",
+    "kernel.panic",
+    "kernel.panic_on_oops",
+    "kernel.keys.root_maxkeys",
+    "kernel.keys.root_maxbytes",
+    "net.ipv4.ip_forward",
+];
+
+/// The paths `tests/node/tools` prints.
+#[derive(Clone, Debug)]
+pub struct NodeTools {
+    tools: BTreeMap<String, PathBuf>,
+}
+
+impl NodeTools {
+    /// Runs `tests/node/tools` (which installs or builds what is missing, the first time).
+    pub fn find() -> Result<Self> {
+        require_root()?;
+        let script = tests_dir()?.join("node/tools");
+        let output = Command::new(&script)
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        if !output.status.success() {
+            return Err(format!(
+                "the node tests need containerd, runc, the CNI plugins, a kubelet and a registry, \
+                 and {} could not provide them ({}); its messages are above",
+                script.display(),
+                output.status
+            )
+            .into());
+        }
+        let tools = String::from_utf8(output.stdout)?
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), PathBuf::from(v)))
+            .collect();
+        Ok(Self { tools })
+    }
+
+    /// The path printed for `name`.
+    pub fn get(&self, name: &str) -> Result<&Path> {
+        self.tools
+            .get(name)
+            .map(PathBuf::as_path)
+            .ok_or_else(|| format!("tests/node/tools printed no {name}=").into())
+    }
+}
+
+/// An error saying the node tests need root, unless we are root.
+pub fn require_root() -> Result<()> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().nth(1))
+        .ok_or("no effective Uid in /proc/self/status")?;
+    if uid != "0" {
+        return Err(format!(
+            "the node tests (tests/node/) need root: they run containerd, runc and a kubelet, and \
+             create cgroups, mounts, network namespaces and a bridge (effective uid {uid}). Run \
+             them as root (CI does); as another user, run the other layers alone, e.g. \
+             `cargo test --test e2e` (see DEVELOPMENT.md)"
+        )
+        .into());
+    }
+    Ok(())
+}
+
+fn tests_dir() -> Result<PathBuf> {
+    Ok(Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("the harness crate has no parent directory")?
+        .to_owned())
+}
+
+/// A process of the node, killed by the janitor (in the right order), not by the watchdog.
+struct NodeProcess {
+    name: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+impl NodeProcess {
+    fn spawn(name: &'static str, command: &mut Command, log: &Path) -> Result<Self> {
+        let file = std::fs::File::create(log)
+            .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .map_err(|e| format!("cannot start {name}: {e}"))?;
+        Ok(Self {
+            name,
+            child,
+            log: log.to_owned(),
+        })
+    }
+
+    fn check_running(&mut self) -> Result<()> {
+        match self.child.try_wait()? {
+            None => Ok(()),
+            Some(status) => Err(self.failure(&format!("{} exited ({status})", self.name))),
+        }
+    }
+
+    fn failure(&self, what: &str) -> super::Error {
+        format!(
+            "{what}\n--- last 40 lines of {} ---\n{}",
+            self.log.display(),
+            log_tail(&self.log, 40)
+        )
+        .into()
+    }
+}
+
+/// The janitor of this run: `tests/node/janitor STATE` waiting for end-of-file on its stdin.
+struct Janitor {
+    _stdin: ChildStdin,
+    _child: Child,
+}
+
+impl Janitor {
+    fn start(state: &Path, log: &Path) -> Result<Self> {
+        use std::os::unix::process::CommandExt;
+        let script = tests_dir()?.join("node/janitor");
+        let log = std::fs::File::create(log)?;
+        let mut child = Command::new(&script)
+            .arg(state)
+            .stdin(Stdio::piped())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            // Its own process group: a Ctrl-C aimed at cargo test does not stop the clean-up.
+            .process_group(0)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", script.display()))?;
+        let stdin = child.stdin.take().ok_or("the janitor has no stdin")?;
+        Ok(Self {
+            _stdin: stdin,
+            _child: child,
+        })
+    }
+}
+
+/// The private registry: distribution's registry on `https://127.0.0.1:PORT` with a test CA and
+/// htpasswd (bcrypt) auth. Each test makes users of its own ([`Registry::set_user`]), so one
+/// test's rotation never breaks another's pulls. The registry re-reads the htpasswd file when
+/// it changes, so a rotation is a file rewrite.
+pub struct Registry {
+    /// `127.0.0.1:PORT`, the registry part of image references and of pull secrets.
+    pub host: String,
+    /// The CA of its serving certificate (PEM file).
+    pub ca_file: PathBuf,
+    dir: PathBuf,
+    htpasswd_tool: PathBuf,
+    crane: PathBuf,
+    pause: PathBuf,
+    /// user -> htpasswd line.
+    users: Mutex<BTreeMap<String, String>>,
+    // Stopped by the process watchdog when the test binary exits.
+    process: Mutex<Process>,
+}
+
+/// The user that pushes the test images.
+const PUSHER: &str = "pusher";
+
+impl Registry {
+    async fn start(tools: &NodeTools, dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let certificates = WebhookCertificates::generate(&dir.join("tls"))?;
+        let ca_file = dir.join("ca.crt");
+        std::fs::write(&ca_file, &certificates.ca_pem)?;
+        let [port] = free_ports()?;
+        let host = format!("127.0.0.1:{port}");
+        let htpasswd = dir.join("htpasswd");
+        let config = dir.join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\n\
+                 log:\n  level: info\n  accesslog:\n    disabled: true\n\
+                 storage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    enabled: true\n\
+                 http:\n  addr: {host}\n  secret: {secret}\n  tls:\n    certificate: {crt}\n    key: {key}\n\
+                 auth:\n  htpasswd:\n    realm: cheiron-node-tests\n    path: {htpasswd}\n",
+                data = dir.join("data").display(),
+                secret = random_token()?,
+                crt = certificates.dir.join("tls.crt").display(),
+                key = certificates.dir.join("tls.key").display(),
+                htpasswd = htpasswd.display(),
+            ),
+        )?;
+        let mut registry = Self {
+            host,
+            ca_file,
+            dir: dir.to_owned(),
+            htpasswd_tool: tools.get("htpasswd")?.to_owned(),
+            crane: tools.get("crane")?.to_owned(),
+            pause: tools.get("pause")?.to_owned(),
+            users: Mutex::new(BTreeMap::new()),
+            process: Mutex::new(Process::spawn(
+                "registry",
+                Command::new(tools.get("registry")?)
+                    .arg("serve")
+                    .arg(&config)
+                    .env_remove("REGISTRY_HTTP_ADDR"),
+                &dir.join("registry.log"),
+            )?),
+        };
+        registry.set_user(PUSHER)?;
+        // Ready when it answers /v2/ with 401 (auth on).
+        let http = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(
+                certificates.ca_pem.as_bytes(),
+            )?)
+            .timeout(Duration::from_secs(2))
+            .build()?;
+        let start = Instant::now();
+        let process = registry
+            .process
+            .get_mut()
+            .map_err(|_| "registry lock poisoned")?;
+        loop {
+            process.check_running()?;
+            if let Ok(response) = http
+                .get(format!("https://{}/v2/", registry.host))
+                .send()
+                .await
+                && response.status() == reqwest::StatusCode::UNAUTHORIZED
+            {
+                break;
+            }
+            if start.elapsed() > REGISTRY_READY {
+                return Err(process
+                    .failure("the registry did not answer /v2/ with 401")
+                    .into());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(registry)
+    }
+
+    /// Gives `user` a new random password (an old one stops working at once: the registry
+    /// re-reads its htpasswd file) and returns it.
+    pub fn set_user(&self, user: &str) -> Result<String> {
+        let password = random_token()?;
+        let line = htpasswd_line(&self.htpasswd_tool, user, &password)?;
+        let mut users = self
+            .users
+            .lock()
+            .map_err(|_| "registry users lock poisoned")?;
+        users.insert(user.to_owned(), line);
+        let file: String = users.values().map(String::as_str).collect();
+        // Renamed into place, so the registry never reads half a file.
+        let path = self.dir.join("htpasswd");
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, file)?;
+        std::fs::rename(&tmp, &path)?;
+        Ok(password)
+    }
+
+    /// `.dockerconfigjson` content for `user` with `password` on this registry.
+    pub fn docker_config_json(&self, user: &str, password: &str) -> String {
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        format!(r#"{{"auths":{{"{}":{{"auth":"{auth}"}}}}}}"#, self.host)
+    }
+
+    /// Pushes a test image `repository:tag` (one static program that prints `tag`, then waits
+    /// for SIGTERM) and returns its reference.
+    pub fn push_test_image(&self, repository: &str, tag: &str) -> Result<String> {
+        let reference = format!("{}/{repository}:{tag}", self.host);
+        let work = tempfile::tempdir_in(&self.dir)?;
+        std::fs::create_dir_all(work.path().join("rootfs"))?;
+        std::fs::copy(&self.pause, work.path().join("rootfs/app"))?;
+        let layer = work.path().join("layer.tar");
+        run(Command::new("tar")
+            .args([
+                "--format=ustar",
+                "--owner=0",
+                "--group=0",
+                "--numeric-owner",
+                "-C",
+            ])
+            .arg(work.path().join("rootfs"))
+            .arg("-cf")
+            .arg(&layer)
+            .arg("app"))?;
+        let docker = work.path().join("docker");
+        std::fs::create_dir_all(&docker)?;
+        let password = self.set_user(PUSHER)?;
+        std::fs::write(
+            docker.join("config.json"),
+            self.docker_config_json(PUSHER, &password),
+        )?;
+        let crane = |args: &[&str]| -> Result<()> {
+            run(Command::new(&self.crane)
+                .args(args)
+                .env("DOCKER_CONFIG", &docker)
+                .env("SSL_CERT_FILE", &self.ca_file))
+        };
+        let layer = layer.display().to_string();
+        crane(&["append", "--oci-empty-base", "-f", &layer, "-t", &reference])?;
+        crane(&[
+            "mutate",
+            &reference,
+            "-t",
+            &reference,
+            "--set-platform",
+            "linux/amd64",
+            "--entrypoint",
+            &format!("/app,{tag}"),
+        ])?;
+        Ok(reference)
+    }
+
+    fn check_running(&self) -> Result<()> {
+        self.process
+            .lock()
+            .map_err(|_| "registry lock poisoned")?
+            .check_running()
+    }
+}
+
+/// `USER:BCRYPT\n` from the htpasswd tool, the password on its stdin.
+fn htpasswd_line(tool: &Path, user: &str, password: &str) -> Result<String> {
+    let mut child = Command::new(tool)
+        .arg(user)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .ok_or("htpasswd has no stdin")?
+        .write_all(format!("{password}\n").as_bytes())?;
+    let output = child.wait_with_output()?;
+    if !output.status.success() {
+        return Err(format!(
+            "htpasswd failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    Ok(String::from_utf8(output.stdout)?)
+}
+
+/// Runs `command` to completion; an error quotes its output.
+fn run(command: &mut Command) -> Result<()> {
+    let output = command.stdin(Stdio::null()).output()?;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{} failed ({}): {}{}",
+        command.get_program().to_string_lossy(),
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+    .into())
+}
+
+/// The node cluster of this test binary.
+pub struct NodeCluster {
+    /// Files and logs of this run.
+    pub dir: PathBuf,
+    /// The tools of `tests/node/tools`.
+    pub tools: NodeTools,
+    /// The private registry.
+    pub registry: Registry,
+    /// The private test image (`<registry>/private/app:1`), pushed when the cluster started.
+    pub image: String,
+    control_plane: ControlPlane,
+    _webhook: WebhookProcess,
+    _controller: CheironProcess,
+    containerd: Mutex<NodeProcess>,
+    kubelet: Mutex<NodeProcess>,
+    _janitor: Janitor,
+}
+
+static NODE_CLUSTER: OnceLock<Result<NodeCluster, String>> = OnceLock::new();
+
+impl NodeCluster {
+    /// The node cluster running `cheiron`, started on the first call (which blocks until it is
+    /// up or has failed; every later call returns the same outcome).
+    pub fn start(cheiron: Cheiron) -> Result<&'static Self> {
+        // Before anything else: as another user, say so rather than fail on a side effect.
+        require_root()?;
+        let cluster = NODE_CLUSTER.get_or_init(|| {
+            let started = std::thread::Builder::new()
+                .name("node-cluster".to_owned())
+                .spawn(move || -> Result<NodeCluster, String> {
+                    let dir = run_dir(cheiron)
+                        .map_err(|e| format!("cannot create the run directory: {e}"))?;
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| e.to_string())?;
+                    runtime
+                        .block_on(Self::start_in(cheiron, dir.clone()))
+                        .map_err(|e| {
+                            format!("{e}\n(files and logs of this run: {})", dir.display())
+                        })
+                });
+            match started {
+                Ok(handle) => handle.join().unwrap_or_else(|_| {
+                    Err("the node cluster start-up thread panicked".to_owned())
+                }),
+                Err(e) => Err(format!(
+                    "cannot spawn the node cluster start-up thread: {e}"
+                )),
+            }
+        });
+        cluster
+            .as_ref()
+            .map_err(|e| format!("the node test cluster did not start: {e}").into())
+    }
+
+    /// The client configuration of `admin`.
+    pub fn admin_config(&self) -> kube::Config {
+        self.control_plane.admin_config.clone()
+    }
+
+    /// An error quoting the node's logs if containerd, the kubelet or the registry has exited.
+    pub fn check_running(&self) -> Result<()> {
+        self.containerd
+            .lock()
+            .map_err(|_| "containerd lock poisoned")?
+            .check_running()?;
+        self.kubelet
+            .lock()
+            .map_err(|_| "kubelet lock poisoned")?
+            .check_running()?;
+        self.registry.check_running()
+    }
+
+    /// The last lines of the kubelet's log mentioning `needle`.
+    pub fn kubelet_log_lines(&self, needle: &str, max: usize) -> String {
+        let log = self.dir.join("kubelet.log");
+        let text = log_tail(&log, usize::MAX);
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains(needle)).collect();
+        lines[lines.len().saturating_sub(max)..].join("\n")
+    }
+
+    async fn start_in(cheiron: Cheiron, dir: PathBuf) -> Result<Self> {
+        let tools = NodeTools::find()?;
+
+        // State the janitor undoes lives in a short directory (unix socket paths are limited).
+        let state = tempfile::Builder::new()
+            .prefix("cheiron-node-")
+            .tempdir_in("/run")?
+            .keep();
+        let janitor = Janitor::start(&state, &dir.join("janitor.log"))?;
+        let id = state
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("cheiron-node-"))
+            .ok_or("unexpected state directory name")?
+            .to_ascii_lowercase()
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect::<String>();
+
+        // The kubelet authenticates with a client certificate of this CA.
+        let node_pki = NodePki::generate(&dir.join("node-pki"))?;
+        let control_plane = ControlPlane::start_with(
+            &dir,
+            ControlPlaneOptions {
+                apiserver_args: vec![
+                    "--authorization-mode=Node,RBAC".to_owned(),
+                    "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,NodeRestriction,MutatingAdmissionWebhook,ValidatingAdmissionWebhook".to_owned(),
+                    format!("--client-ca-file={}", node_pki.ca_file.display()),
+                ],
+            },
+        )
+        .await?;
+        let client = Client::try_from(control_plane.admin_config.clone())?;
+
+        // cheiron: CRDs, webhook, registration, controller.
+        install_crds(cheiron, &client).await?;
+        let certificates = WebhookCertificates::generate(&dir.join("webhook-tls"))?;
+        let mut webhook = WebhookProcess::start(
+            cheiron,
+            "cheiron webhook",
+            &control_plane.admin_kubeconfig,
+            &certificates.dir,
+            &dir.join("cheiron-webhook.log"),
+        )?;
+        webhook
+            .wait_for_admin_status("/readyz", 200, Duration::from_secs(30))
+            .await?;
+        let mut registration = WebhookRegistration::new(
+            "cheiron-node",
+            WebhookClient::Url(webhook.url()),
+            "cheiron-system",
+        );
+        registration.ca_bundle = Some(certificates.ca_pem.clone().into_bytes());
+        register(&client, &registration.configuration()).await?;
+        let host = Host {
+            binary: PathBuf::from(cheiron.binary),
+            dir: dir.clone(),
+            kubeconfig: control_plane.admin_kubeconfig.clone(),
+            tls_dir: certificates.dir.clone(),
+        };
+        let controller =
+            CheironProcess::controller_on(&host, "controller", &SHARED_CONTROLLER_ARGS)?;
+        controller
+            .wait_for_admin_status("/readyz", 200, READY_WITHIN)
+            .await?;
+
+        let registry = Registry::start(&tools, &dir.join("registry")).await?;
+        let image = registry.push_test_image(PRIVATE_REPOSITORY, "1")?;
+
+        let (containerd, kubelet) = start_node(
+            &tools,
+            &dir,
+            &state,
+            &id,
+            &node_pki,
+            &control_plane,
+            &registry,
+        )
+        .await?;
+
+        let cluster = Self {
+            dir,
+            tools,
+            registry,
+            image,
+            control_plane,
+            _webhook: webhook,
+            _controller: controller,
+            containerd: Mutex::new(containerd),
+            kubelet: Mutex::new(kubelet),
+            _janitor: janitor,
+        };
+        cluster.wait_for_node_ready(&client).await?;
+        Ok(cluster)
+    }
+
+    async fn wait_for_node_ready(&self, client: &Client) -> Result<()> {
+        let nodes: Api<Node> = Api::all(client.clone());
+        let start = Instant::now();
+        loop {
+            self.check_running()?;
+            if let Ok(Some(node)) = nodes.get_opt(NODE_NAME).await
+                && node
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            {
+                return Ok(());
+            }
+            if start.elapsed() > NODE_READY {
+                let kubelet = self.kubelet.lock().map_err(|_| "kubelet lock poisoned")?;
+                return Err(
+                    kubelet.failure(&format!("node {NODE_NAME} not Ready within {NODE_READY:?}"))
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+/// A CA the apiserver trusts for client certificates (`--client-ca-file`) and the kubelet's
+/// client certificate `system:node:<NODE_NAME>` in group `system:nodes`.
+struct NodePki {
+    ca_file: PathBuf,
+    cert_file: PathBuf,
+    key_file: PathBuf,
+}
+
+impl NodePki {
+    fn generate(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "cheiron node tests client CA");
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_key = KeyPair::generate()?;
+        let ca_cert = ca_params.self_signed(&ca_key)?;
+        let issuer = Issuer::new(ca_params, ca_key);
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("system:node:{NODE_NAME}"));
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "system:nodes");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &issuer)?;
+        let pki = Self {
+            ca_file: dir.join("ca.crt"),
+            cert_file: dir.join("kubelet.crt"),
+            key_file: dir.join("kubelet.key"),
+        };
+        std::fs::write(&pki.ca_file, ca_cert.pem())?;
+        std::fs::write(&pki.cert_file, cert.pem())?;
+        std::fs::write(&pki.key_file, key.serialize_pem())?;
+        Ok(pki)
+    }
+}
+
+/// Writes the configuration of containerd, the CNI and the kubelet, records what the janitor
+/// must undo, and starts containerd (importing the pause image) and the kubelet.
+async fn start_node(
+    tools: &NodeTools,
+    dir: &Path,
+    state: &Path,
+    id: &str,
+    pki: &NodePki,
+    control_plane: &ControlPlane,
+    registry: &Registry,
+) -> Result<(NodeProcess, NodeProcess)> {
+    // What the janitor restores, recorded before anything changes it.
+    let mut saved = String::new();
+    for key in SYSCTLS {
+        let path = format!("/proc/sys/{}", key.replace('.', "/"));
+        if let Ok(value) = std::fs::read_to_string(&path) {
+            saved.push_str(&format!("{key}={}\n", value.trim()));
+        }
+    }
+    std::fs::write(state.join("sysctls"), saved)?;
+
+    // A cgroup of our own in every v1 hierarchy: the kubelet's cgroupRoot.
+    let cgroup = format!("cheiron-node-{id}");
+    std::fs::write(state.join("cgroup-root"), &cgroup)?;
+    for entry in std::fs::read_dir("/sys/fs/cgroup")?.flatten() {
+        let hierarchy = entry.path();
+        if hierarchy.file_name().is_some_and(|n| n == "unified")
+            || !hierarchy.join("tasks").exists()
+        {
+            continue;
+        }
+        let ours = hierarchy.join(&cgroup);
+        std::fs::create_dir_all(&ours)?;
+        for file in ["cpuset.cpus", "cpuset.mems"] {
+            if let Ok(value) = std::fs::read_to_string(hierarchy.join(file)) {
+                std::fs::write(ours.join(file), value.trim())?;
+            }
+        }
+    }
+
+    let bridge = format!("chn{}", &id[..id.len().min(8)]);
+    std::fs::write(state.join("bridge"), &bridge)?;
+    let pod_logs = state.join("logs");
+    std::fs::create_dir_all(&pod_logs)?;
+    std::fs::write(state.join("pod-logs"), pod_logs.display().to_string())?;
+
+    // containerd: everything below `state`; network namespaces too (netns_mounts_under_state_dir),
+    // so nothing touches /run/netns.
+    let sock = state.join("containerd.sock");
+    let cni_conf = state.join("cni/net.d");
+    std::fs::create_dir_all(&cni_conf)?;
+    let certs_d = state.join("certs.d");
+    let hosts_dir = certs_d.join(&registry.host);
+    std::fs::create_dir_all(&hosts_dir)?;
+    std::fs::write(
+        hosts_dir.join("hosts.toml"),
+        format!(
+            "server = \"https://{host}\"\n\n[host.\"https://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"{ca}\"\n",
+            host = registry.host,
+            ca = registry.ca_file.display()
+        ),
+    )?;
+    let subnet = 200 + (id.bytes().map(u32::from).sum::<u32>() % 50);
+    std::fs::write(
+        cni_conf.join("10-cheiron.conflist"),
+        format!(
+            r#"{{"cniVersion":"0.4.0","name":"cheiron-node","plugins":[{{"type":"bridge","bridge":"{bridge}","isGateway":false,"ipMasq":false,"hairpinMode":false,"ipam":{{"type":"host-local","ranges":[[{{"subnet":"10.213.{subnet}.0/24"}}]],"dataDir":"{ipam}"}}}}]}}"#,
+            ipam = state.join("cni/ipam").display()
+        ),
+    )?;
+    let containerd_config = state.join("containerd.toml");
+    std::fs::write(
+        &containerd_config,
+        format!(
+            r#"version = 2
+root = "{root}"
+state = "{cstate}"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = "{sock}"
+
+[ttrpc]
+  address = "{ttrpc}"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{opt}"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "{runc}"
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{cni_bin}"
+    conf_dir = "{cni_conf}"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{certs_d}"
+"#,
+            root = state.join("containerd/root").display(),
+            cstate = state.join("containerd/state").display(),
+            sock = sock.display(),
+            ttrpc = state.join("containerd.ttrpc.sock").display(),
+            opt = state.join("containerd/opt").display(),
+            runc = tools.get("runc")?.display(),
+            cni_bin = tools.get("cni-bin-dir")?.display(),
+            cni_conf = cni_conf.display(),
+            certs_d = certs_d.display(),
+        ),
+    )?;
+    let mut containerd = NodeProcess::spawn(
+        "containerd",
+        Command::new(tools.get("containerd")?)
+            .arg("--config")
+            .arg(&containerd_config),
+        &dir.join("containerd.log"),
+    )?;
+    std::fs::write(
+        state.join("containerd.pid"),
+        containerd.child.id().to_string(),
+    )?;
+    let start = Instant::now();
+    let ctr = tools.get("ctr")?;
+    loop {
+        containerd.check_running()?;
+        if sock.exists()
+            && Command::new(ctr)
+                .arg("--address")
+                .arg(&sock)
+                .arg("version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        {
+            break;
+        }
+        if start.elapsed() > CONTAINERD_READY {
+            return Err(containerd.failure("containerd did not answer on its socket"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    run(Command::new(ctr)
+        .arg("--address")
+        .arg(&sock)
+        .args(["-n", "k8s.io", "images", "import"])
+        .arg(tools.get("pause-image")?))?;
+
+    // The kubelet.
+    let kubelet_dir = state.join("kubelet");
+    std::fs::create_dir_all(&kubelet_dir)?;
+    let [kubelet_port, healthz_port] = free_ports()?;
+    let ca = std::fs::read_to_string(dir.join("apiserver-certs/apiserver.crt"))?;
+    let kubeconfig = dir.join("kubelet.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: node\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\n\
+             users:\n- name: kubelet\n  user:\n    client-certificate: {crt}\n    client-key: {key}\n\
+             contexts:\n- name: node\n  context:\n    cluster: node\n    user: kubelet\ncurrent-context: node\n",
+            server = control_plane.server,
+            ca = base64::engine::general_purpose::STANDARD.encode(ca),
+            crt = pki.cert_file.display(),
+            key = pki.key_file.display(),
+        ),
+    )?;
+    let kubelet_config = dir.join("kubelet.yaml");
+    std::fs::write(
+        &kubelet_config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: {kubelet_port}
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: {healthz_port}
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+cgroupDriver: cgroupfs
+cgroupRoot: /{cgroup}
+cgroupsPerQOS: true
+failCgroupV1: false
+oomScoreAdj: 0
+failSwapOn: false
+containerRuntimeEndpoint: unix://{sock}
+podLogsDir: {pod_logs}
+volumePluginDir: {plugins}
+makeIPTablesUtilChains: false
+serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: 1Mi
+  nodefs.available: 1%
+  nodefs.inodesFree: 1%
+  imagefs.available: 1%
+  imagefs.inodesFree: 1%
+rotateCertificates: false
+serverTLSBootstrap: false
+staticPodPath: \"\"
+",
+            sock = sock.display(),
+            pod_logs = pod_logs.display(),
+            plugins = state.join("volume-plugins").display(),
+        ),
+    )?;
+    let kubelet_exe = std::fs::canonicalize(tools.get("kubelet")?)?;
+    std::fs::write(state.join("kubelet.exe"), kubelet_exe.display().to_string())?;
+    let kubelet = NodeProcess::spawn(
+        "kubelet",
+        Command::new(&kubelet_exe)
+            .arg(format!("--config={}", kubelet_config.display()))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--root-dir={}", kubelet_dir.display()))
+            .arg(format!(
+                "--cert-dir={}",
+                state.join("kubelet-pki").display()
+            ))
+            .arg(format!("--hostname-override={NODE_NAME}"))
+            .arg("--v=2"),
+        &dir.join("kubelet.log"),
+    )?;
+    std::fs::write(state.join("kubelet.pid"), kubelet.child.id().to_string())?;
+    Ok((containerd, kubelet))
+}
+
+/// How a Pod's pull ended.
+#[derive(Debug)]
+pub enum PodOutcome {
+    /// Phase `Running`.
+    Running,
+    /// The container waits with `ErrImagePull` or `ImagePullBackOff`; the message.
+    PullFailed(String),
+}
+
+impl NodeCluster {
+    /// A plain Pod `name` on the node: one container of `image`, pulled `Always`, the given
+    /// `imagePullSecrets`, no ServiceAccount token, DNS from the node (there is no cluster DNS).
+    pub fn pod(&self, name: &str, image: &str, pull_secrets: &[&str]) -> Result<Pod> {
+        let secrets: Vec<serde_json::Value> = pull_secrets
+            .iter()
+            .map(|s| serde_json::json!({ "name": s }))
+            .collect();
+        let mut spec = serde_json::json!({
+            "nodeName": NODE_NAME,
+            "dnsPolicy": "Default",
+            "automountServiceAccountToken": false,
+            "enableServiceLinks": false,
+            "terminationGracePeriodSeconds": 1,
+            "restartPolicy": "Never",
+            "containers": [{ "name": "app", "image": image, "imagePullPolicy": "Always" }],
+        });
+        if !secrets.is_empty() {
+            spec["imagePullSecrets"] = serde_json::Value::Array(secrets);
+        }
+        Ok(serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": { "name": name },
+            "spec": spec,
+        }))?)
+    }
+
+    /// Creates `pod` in `ns` and waits until it runs or its pull fails.
+    pub async fn run_pod(&self, client: &Client, ns: &str, pod: &Pod) -> Result<PodOutcome> {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let created = pods.create(&PostParams::default(), pod).await?;
+        let name = created.metadata.name.unwrap_or_default();
+        self.wait_for_pod(client, ns, &name).await
+    }
+
+    /// Waits until Pod `ns/name` runs or its pull fails.
+    pub async fn wait_for_pod(&self, client: &Client, ns: &str, name: &str) -> Result<PodOutcome> {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let start = Instant::now();
+        loop {
+            self.check_running()?;
+            let pod = pods.get(name).await?;
+            let status = pod.status.unwrap_or_default();
+            if status.phase.as_deref() == Some("Running") {
+                return Ok(PodOutcome::Running);
+            }
+            let waiting = status
+                .container_statuses
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|c| c.state.and_then(|s| s.waiting))
+                .find(|w| {
+                    matches!(
+                        w.reason.as_deref(),
+                        Some("ErrImagePull" | "ImagePullBackOff")
+                    )
+                });
+            if let Some(waiting) = waiting {
+                return Ok(PodOutcome::PullFailed(waiting.message.unwrap_or_default()));
+            }
+            if start.elapsed() > POD_SETTLES {
+                return Err(format!(
+                    "Pod {ns}/{name} neither ran nor failed its pull within {POD_SETTLES:?} \
+                     (phase {:?}); kubelet log lines about it:\n{}",
+                    status.phase,
+                    self.kubelet_log_lines(name, 20)
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! A ClusterImagePullSecretManager gives a plain Pod in a new namespace what the kubelet needs
+//! to pull the private image, in mode ServiceAccount and in mode Pod, and keeps it working when
+//! the registry password rotates. The Pods name no pull secret: whatever they pull with, cheiron
+//! put there (the negative control shows the registry refuses a Pod without one).
+
+use crate::{harness::Result, support::NodeTest};
+
+/// The target Secret the managers write.
+const TARGET_SECRET: &str = "node-registry";
+
+/// A source namespace holding the registry password of a fresh user, and a cluster manager of
+/// `mode` that writes it as [`TARGET_SECRET`] into this test's target namespaces.
+async fn manager(t: &NodeTest, mode: &str) -> Result<(String, String, String)> {
+    let source_ns = t.scenario.create_namespace(&[], &[]).await?;
+    let user = t.scenario.unique_name("user");
+    let password = t.node.registry.set_user(&user)?;
+    t.password_secret(&source_ns, "registry-password", &password)
+        .await?;
+    t.scenario
+        .apply_manager(&format!(
+            "
+apiVersion: cheiron.anny.co/v1alpha1
+kind: ClusterImagePullSecretManager
+metadata:
+  name: {name}
+spec:
+  mode: {mode}
+  namespaceSelector:
+    matchLabels:
+      {label}: {id}
+  secrets:
+    - name: {TARGET_SECRET}
+      registry: {registry}
+      username: {user}
+      passwordSecretRef: {{name: registry-password, key: password, namespace: {source_ns}}}
+",
+            name = t.scenario.unique_name("manager"),
+            label = crate::support::TARGET_LABEL,
+            id = t.scenario.id(),
+            registry = t.node.registry.host,
+        ))
+        .await?;
+    Ok((source_ns, user, password))
+}
+
+/// Mode ServiceAccount: the `default` ServiceAccount of a new namespace references cheiron's
+/// Secret, and a plain Pod (no `imagePullSecrets`) runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn service_account_mode_a_plain_pod_in_a_new_namespace_runs() -> Result {
+    let t = NodeTest::new("sa-mode").await?;
+    let (_, user, password) = manager(&t, "ServiceAccount").await?;
+    let ns = t.target_namespace().await?;
+    t.until_secret_holds(&ns, TARGET_SECRET, &user, &password)
+        .await?;
+    t.until_default_service_account_has(&ns, TARGET_SECRET)
+        .await?;
+    t.expect_running(&ns, "plain", &[]).await
+}
+
+/// Mode Pod: the webhook puts cheiron's Secret into a plain Pod of a new namespace, and it runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn pod_mode_a_plain_pod_in_a_new_namespace_runs() -> Result {
+    let t = NodeTest::new("pod-mode").await?;
+    let (_, user, password) = manager(&t, "Pod").await?;
+    let ns = t.target_namespace().await?;
+    t.until_secret_holds(&ns, TARGET_SECRET, &user, &password)
+        .await?;
+    t.expect_running(&ns, "plain", &[]).await
+}
+
+/// Rotation: the registry password changes and the source Secret with it. A Pod with a
+/// hand-written Secret of the old password gets 401; cheiron's copy follows the source, and a
+/// new plain Pod (pull policy `Always`) runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_rotation_a_new_pod_pulls_with_the_new_password() -> Result {
+    let t = NodeTest::new("rotation").await?;
+    let (source_ns, user, old_password) = manager(&t, "ServiceAccount").await?;
+    let ns = t.target_namespace().await?;
+    t.until_secret_holds(&ns, TARGET_SECRET, &user, &old_password)
+        .await?;
+    t.until_default_service_account_has(&ns, TARGET_SECRET)
+        .await?;
+    t.expect_running(&ns, "before", &[]).await?;
+    t.docker_secret(&ns, "old-by-hand", &user, &old_password)
+        .await?;
+
+    let new_password = t.node.registry.set_user(&user)?;
+    t.password_secret(&source_ns, "registry-password", &new_password)
+        .await?;
+    t.expect_unauthorized(&ns, "old-by-hand", &["old-by-hand"])
+        .await?;
+    t.until_secret_holds(&ns, TARGET_SECRET, &user, &new_password)
+        .await?;
+    t.expect_running(&ns, "after", &[]).await
+}
