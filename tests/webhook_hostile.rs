@@ -500,6 +500,236 @@ async fn one_peer_cannot_take_every_connection() {
     drop(flood);
 }
 
+/// A loopback address of this host other than 127.0.0.1: a peer of its own to the webhook.
+fn loopback(last: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))
+}
+
+/// A TLS connection from `local`, or `None` if it was refused or the handshake failed.
+async fn tls_from(address: SocketAddr, local: IpAddr, alpn: &[u8]) -> Option<TlsStream<TcpStream>> {
+    let socket = TcpSocket::new_v4().ok()?;
+    socket.bind(SocketAddr::new(local, 0)).ok()?;
+    let tcp = socket.connect(address).await.ok()?;
+    let name = ServerName::try_from("localhost").ok()?;
+    tokio::time::timeout(Duration::from_secs(10), connector(alpn).connect(name, tcp))
+        .await
+        .ok()?
+        .ok()
+}
+
+/// What a hostile connection does once its TLS handshake is done.
+#[derive(Clone, Copy)]
+enum Holding {
+    /// HTTP/2: the preface and SETTINGS, then nothing.
+    IdleHttp2,
+    /// HTTP/1: no request at all.
+    IdleHttp1,
+    /// HTTP/1: a POST whose 1 000-byte body trickles in a byte every 500 ms, so that a
+    /// request is always in progress.
+    Busy,
+}
+
+/// What a hostile peer's connections have done: how many it holds, and how many it opened.
+#[derive(Default)]
+struct Hostile {
+    held: AtomicU64,
+    opened: AtomicU64,
+}
+
+impl Hostile {
+    fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    fn opened(&self) -> u64 {
+        self.opened.load(Ordering::Relaxed)
+    }
+}
+
+/// Waits until the hostile peers hold `counts` connections (their TLS handshakes done), for
+/// at most 30 s.
+async fn wait_for_held(peers: &[&Hostile], counts: &[u64]) {
+    let started = Instant::now();
+    let held = || peers.iter().map(|peer| peer.held()).collect::<Vec<_>>();
+    while held() != counts && started.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(held(), counts, "connections held by the hostile peers");
+}
+
+/// Holds one connection from `local` as `holding` says, and opens another (100 ms later)
+/// whenever it is closed or refused, until aborted.
+async fn hold(webhook: SocketAddr, local: IpAddr, holding: Holding, peer: Arc<Hostile>) {
+    let alpn: &[u8] = match holding {
+        Holding::IdleHttp2 => b"h2",
+        Holding::IdleHttp1 | Holding::Busy => b"http/1.1",
+    };
+    // Bounded: at most a thousand connections, and aborted at the end of the test.
+    for _ in 0..1000 {
+        if let Some(stream) = tls_from(webhook, local, alpn).await {
+            let (mut reader, mut writer) = tokio::io::split(stream);
+            let opening: Vec<u8> = match holding {
+                Holding::IdleHttp2 => [PREFACE, &frame(SETTINGS, 0, &[])].concat(),
+                Holding::IdleHttp1 => Vec::new(),
+                Holding::Busy => b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n ".to_vec(),
+            };
+            if writer.write_all(&opening).await.is_ok() {
+                peer.held.fetch_add(1, Ordering::Relaxed);
+                peer.opened.fetch_add(1, Ordering::Relaxed);
+                let trickle = async {
+                    if matches!(holding, Holding::Busy) {
+                        for _ in 0..998 {
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                            if writer.write_all(b" ").await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                    std::future::pending::<()>().await;
+                };
+                tokio::select! {
+                    _ = closed_after(&mut reader, Duration::from_secs(300)) => {}
+                    () = trickle => {}
+                }
+                peer.held.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Starts `count` holders from `local`.
+fn hostile_peer(
+    holders: &mut tokio::task::JoinSet<()>,
+    webhook: &Webhook,
+    local: IpAddr,
+    holding: Holding,
+    count: usize,
+) -> Arc<Hostile> {
+    let peer = Arc::new(Hostile::default());
+    for _ in 0..count {
+        holders.spawn(hold(webhook.https, local, holding, Arc::clone(&peer)));
+    }
+    peer
+}
+
+/// `reviews` Pod reviews from `local`, like the API server's, each on a new connection (the
+/// hardest case: each needs a slot): how many were answered 200.
+async fn reviews_answered(webhook: &Webhook, local: IpAddr, reviews: usize) -> usize {
+    let mut answered = 0;
+    for _ in 0..reviews {
+        let client = api_server_client(Some(local));
+        let response = client
+            .post(webhook.mutate_url())
+            .json(&pod_review())
+            .send()
+            .await;
+        if response.is_ok_and(|response| response.status() == StatusCode::OK) {
+            answered += 1;
+        }
+    }
+    answered
+}
+
+#[tokio::test]
+async fn two_peers_holding_every_connection_cannot_lock_the_api_server_out() {
+    let per_peer = 20;
+    let cap = per_peer * 2;
+    let webhook = Webhook::start(&[
+        &format!("--max-connections={cap}"),
+        &format!("--max-connections-per-peer={per_peer}"),
+        // Long enough that no hostile connection is closed by a timeout during the test.
+        "--tls-handshake-timeout=60",
+        "--http1-header-timeout=60",
+        "--http2-idle-timeout=60",
+    ])
+    .await;
+    let baseline = webhook.rss();
+    // Two hostile peers at their per-peer cap fill the listener with idle TLS connections,
+    // and reconnect whenever one is closed.
+    let mut holders = tokio::task::JoinSet::new();
+    let first = hostile_peer(
+        &mut holders,
+        &webhook,
+        loopback(2),
+        Holding::IdleHttp2,
+        per_peer,
+    );
+    let second = hostile_peer(
+        &mut holders,
+        &webhook,
+        loopback(3),
+        Holding::IdleHttp1,
+        per_peer,
+    );
+    let open = r#"cheiron_connections_open{listener="webhook"}"#;
+    webhook
+        .wait_for_metric(open, cap as f64, Duration::from_secs(30))
+        .await;
+    wait_for_held(&[&first, &second], &[per_peer as u64, per_peer as u64]).await;
+
+    // The API server, from a third address, is answered every time.
+    let answered = reviews_answered(&webhook, loopback(4), 20).await;
+    assert_eq!(answered, 20, "reviews answered\n{}", webhook.log());
+    let evicted = webhook
+        .metric(r#"cheiron_connections_closed_total{reason="evicted"}"#)
+        .await;
+    assert!(evicted >= 1.0, "no connection was evicted");
+    // The hostile peers still hold about their fair share: the API server took only what
+    // it needed, and nothing grew without bound.
+    assert!(webhook.metric(open).await <= (cap + cap / 4) as f64);
+    let held = first.held() + second.held();
+    assert!(held >= (cap - cap / 4) as u64, "{held}");
+    let growth = webhook.rss().saturating_sub(baseline);
+    assert!(growth < 32 * MIB, "RSS grew by {} MiB", growth / MIB);
+    holders.abort_all();
+}
+
+#[tokio::test]
+async fn requests_kept_in_progress_do_not_shield_the_largest_holder() {
+    let webhook = Webhook::start(&[
+        "--max-connections=30",
+        "--max-connections-per-peer=20",
+        "--tls-handshake-timeout=60",
+        "--http1-header-timeout=60",
+        "--body-timeout=60",
+    ])
+    .await;
+    // The largest holder keeps a request in progress on every connection; another peer
+    // holds the rest of the slots, idle.
+    let mut holders = tokio::task::JoinSet::new();
+    let busy = hostile_peer(&mut holders, &webhook, loopback(2), Holding::Busy, 20);
+    webhook
+        .wait_for_metric(
+            r#"cheiron_connections_open{listener="webhook"}"#,
+            20.0,
+            Duration::from_secs(30),
+        )
+        .await;
+    let idle = hostile_peer(&mut holders, &webhook, loopback(3), Holding::IdleHttp1, 10);
+    webhook
+        .wait_for_metric(
+            r#"cheiron_connections_open{listener="webhook"}"#,
+            30.0,
+            Duration::from_secs(30),
+        )
+        .await;
+    wait_for_held(&[&busy, &idle], &[20, 10]).await;
+
+    let answered = reviews_answered(&webhook, loopback(4), 20).await;
+    assert_eq!(answered, 20, "reviews answered\n{}", webhook.log());
+    assert!(
+        webhook
+            .metric(r#"cheiron_connections_closed_total{reason="evicted"}"#)
+            .await
+            >= 1.0
+    );
+    // The idle peer, at its fair share, lost nothing: the connections given up were the
+    // busy peer's, each closed once its request ends (here: after the drain timeout).
+    assert_eq!((idle.held(), idle.opened()), (10, 10));
+    holders.abort_all();
+}
+
 // ---------------------------------------------------------------------------------------------
 // The body budget
 // ---------------------------------------------------------------------------------------------

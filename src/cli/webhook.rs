@@ -140,8 +140,10 @@ pub struct LimitArgs {
     /// Connections open at once on the webhook port; more are accepted and closed at once.
     #[arg(long, value_name = "N", default_value = "1024", value_parser = parse_count, env = "CHEIRON_MAX_CONNECTIONS")]
     pub max_connections: usize,
-    /// Connections open at once from one IP address on the webhook port.
-    #[arg(long, value_name = "N", default_value = "512", value_parser = parse_count, env = "CHEIRON_MAX_CONNECTIONS_PER_PEER")]
+    /// Connections open at once from one IP address on the webhook port. When the port is
+    /// full, an address holding less than its fair share takes the oldest idle connection
+    /// of the address holding the most (closed gracefully).
+    #[arg(long, value_name = "N", default_value = "256", value_parser = parse_count, env = "CHEIRON_MAX_CONNECTIONS_PER_PEER")]
     pub max_connections_per_peer: usize,
     /// Connections open at once on the admin port.
     #[arg(long, value_name = "N", default_value = "64", value_parser = parse_count, env = "CHEIRON_MAX_ADMIN_CONNECTIONS")]

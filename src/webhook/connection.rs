@@ -1,18 +1,15 @@
-//! One connection's share of the limits: a slot under the listener's cap (and its peer's),
-//! and the timers hyper does not have. Hyper bounds an HTTP/1 connection's wait for request
+//! One connection's timers, the ones hyper does not have. Hyper bounds an HTTP/1 connection's wait for request
 //! headers, but nothing bounds an HTTP/2 connection that never sends its preface, or one
 //! that keeps answering PINGs without ever sending a request, and nothing ends a connection
 //! stuck writing to a client that does not read. [`drive`] adds those timers around hyper's
 //! connection future.
 
 use std::{
-    collections::HashMap,
     future::Future,
     io,
-    net::IpAddr,
     pin::Pin,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicU64, Ordering},
     },
     task::{Context, Poll},
@@ -20,105 +17,18 @@ use std::{
 };
 
 use hyper_util::server::graceful::GracefulConnection;
-use prometheus_client::metrics::gauge::Gauge;
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
-    sync::{OwnedSemaphorePermit, Semaphore, watch},
+    sync::watch,
     time::Instant,
 };
 use tokio_util::sync::CancellationToken;
 
+use super::slots::ConnectionPermit;
 use crate::metrics::ConnectionMetrics;
 
 /// Length of the HTTP/2 client preface (`PRI * HTTP/2.0…`), RFC 9113 §3.4.
 const HTTP2_PREFACE_BYTES: u64 = 24;
-
-/// Why a connection was refused a slot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
-    /// The listener has [`ConnectionLimiter`]'s maximum open.
-    Full,
-    /// This peer has its maximum open.
-    PeerFull,
-}
-
-impl Refusal {
-    /// The `reason` label of `cheiron_connections_refused_total`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Refusal::Full => "max_connections",
-            Refusal::PeerFull => "max_connections_per_peer",
-        }
-    }
-}
-
-/// The connection cap of one listener: a semaphore of slots, and a count per peer address.
-#[derive(Debug)]
-pub struct ConnectionLimiter {
-    slots: Arc<Semaphore>,
-    per_peer: usize,
-    /// Open connections by peer; an address leaves the map with its last connection, so it
-    /// never holds more entries than there are slots.
-    peers: Arc<Mutex<HashMap<IpAddr, usize>>>,
-    open: Gauge,
-}
-
-/// A connection's slot; given back when dropped, however the connection ends.
-#[derive(Debug)]
-pub struct ConnectionPermit {
-    _slot: OwnedSemaphorePermit,
-    peer: IpAddr,
-    peers: Arc<Mutex<HashMap<IpAddr, usize>>>,
-    open: Gauge,
-}
-
-impl ConnectionLimiter {
-    /// At most `max` connections, `per_peer` of them from one address, counted in `open`.
-    pub fn new(max: usize, per_peer: usize, open: Gauge) -> Self {
-        Self {
-            slots: Arc::new(Semaphore::new(max.min(Semaphore::MAX_PERMITS))),
-            per_peer,
-            peers: Arc::default(),
-            open,
-        }
-    }
-
-    /// A slot for a connection from `peer`, if one is free.
-    pub fn try_admit(&self, peer: IpAddr) -> Result<ConnectionPermit, Refusal> {
-        let slot = Arc::clone(&self.slots)
-            .try_acquire_owned()
-            .map_err(|_| Refusal::Full)?;
-        let Ok(mut peers) = self.peers.lock() else {
-            return Err(Refusal::Full);
-        };
-        let count = peers.get(&peer).copied().unwrap_or(0);
-        if count >= self.per_peer {
-            return Err(Refusal::PeerFull);
-        }
-        peers.insert(peer, count + 1);
-        self.open.inc();
-        Ok(ConnectionPermit {
-            _slot: slot,
-            peer,
-            peers: Arc::clone(&self.peers),
-            open: self.open.clone(),
-        })
-    }
-}
-
-impl Drop for ConnectionPermit {
-    fn drop(&mut self) {
-        self.open.dec();
-        if let Ok(mut peers) = self.peers.lock()
-            && let Some(count) = peers.get_mut(&self.peer)
-        {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                peers.remove(&self.peer);
-            }
-        }
-    }
-}
 
 /// What a connection has been doing: bytes read, and requests in progress (HTTP/2 streams
 /// whose handler has not answered yet), with the moment the last one ended.
@@ -154,6 +64,11 @@ impl Activity {
     pub fn begin(self: &Arc<Self>) -> RequestGuard {
         self.requests.send_modify(|r| r.in_progress += 1);
         RequestGuard(Arc::clone(self))
+    }
+
+    /// True when no request is in progress.
+    pub fn is_idle(&self) -> bool {
+        self.requests.borrow().in_progress == 0
     }
 
     fn bytes_read(&self) -> u64 {
@@ -312,6 +227,8 @@ pub enum Closed {
     MaxAge,
     /// A connection closed gracefully did not finish in time.
     CloseTimeout,
+    /// Closed gracefully to give its slot to a peer holding less than its fair share.
+    Evicted,
 }
 
 impl Closed {
@@ -324,23 +241,25 @@ impl Closed {
             Closed::Idle => "idle",
             Closed::MaxAge => "max_age",
             Closed::CloseTimeout => "close_timeout",
+            Closed::Evicted => "evicted",
         }
     }
 }
 
 /// Serves `connection` to its end under `timers`: HTTP/2 connections without a preface in
-/// time are dropped; idle HTTP/2 connections, connections past their age and, once
-/// `draining` is cancelled, all connections are closed gracefully, and dropped if that takes
-/// longer than `timers.close_grace`.
+/// time are dropped; idle HTTP/2 connections, connections past their age, connections
+/// evicted from `slot` and, once `draining` is cancelled, all connections are closed
+/// gracefully, and dropped if that takes longer than `timers.close_grace`.
 pub async fn drive<C: GracefulConnection>(
     connection: C,
     http2: bool,
-    activity: &Activity,
+    slot: &ConnectionPermit,
     timers: Timers,
     draining: &CancellationToken,
     metrics: &ConnectionMetrics,
 ) -> Result<(), C::Error> {
     tokio::pin!(connection);
+    let activity = slot.activity();
     let started = Instant::now();
     let preface = tokio::time::sleep(timers.preface);
     tokio::pin!(preface);
@@ -359,6 +278,7 @@ pub async fn drive<C: GracefulConnection>(
             }
             () = activity.idle_for(timers.idle), if http2 => break Some(Closed::Idle),
             () = &mut old, if timers.max_age.is_some() => break Some(Closed::MaxAge),
+            () = slot.evicted().cancelled() => break Some(Closed::Evicted),
             () = draining.cancelled() => break None,
         }
     };
@@ -378,39 +298,7 @@ pub async fn drive<C: GracefulConnection>(
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
-    use std::net::Ipv4Addr;
-
     use super::*;
-
-    fn ip(last: u8) -> IpAddr {
-        IpAddr::V4(Ipv4Addr::new(10, 0, 0, last))
-    }
-
-    #[test]
-    fn the_cap_and_the_per_peer_cap_hold_and_slots_come_back() {
-        let open = Gauge::default();
-        let limiter = ConnectionLimiter::new(4, 2, open.clone());
-        let a1 = limiter.try_admit(ip(1)).unwrap();
-        let _a2 = limiter.try_admit(ip(1)).unwrap();
-        assert_eq!(limiter.try_admit(ip(1)).unwrap_err(), Refusal::PeerFull);
-        let _b1 = limiter.try_admit(ip(2)).unwrap();
-        let _c1 = limiter.try_admit(ip(3)).unwrap();
-        assert_eq!(limiter.try_admit(ip(4)).unwrap_err(), Refusal::Full);
-        assert_eq!(open.get(), 4);
-        drop(a1);
-        assert_eq!(open.get(), 3);
-        let _d1 = limiter.try_admit(ip(4)).unwrap();
-        assert_eq!(limiter.peers.lock().unwrap().len(), 4);
-    }
-
-    #[test]
-    fn peers_without_connections_are_forgotten() {
-        let limiter = ConnectionLimiter::new(1000, 10, Gauge::default());
-        for last in 0..=255 {
-            drop(limiter.try_admit(ip(last)).unwrap());
-        }
-        assert!(limiter.peers.lock().unwrap().is_empty());
-    }
 
     #[tokio::test]
     async fn idle_for_waits_for_the_last_request_to_end() {

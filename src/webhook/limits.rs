@@ -7,9 +7,10 @@
 //! connection may spend in each state. Each bound is a flag of `cheiron webhook` and
 //! `cheiron run`; the defaults are the constants here.
 //!
-//! Rough worst case at the defaults: 1 024 connections × (TLS and HTTP buffers, about
-//! 50 KiB: rustls' record buffers, [`HTTP1_MAX_BUF_BYTES`] or the HTTP/2 windows) ≈ 50 MiB,
-//! plus the 64 MiB body budget, plus the caches.
+//! Rough worst case at the defaults: 1 024 connections, and 256 more evicted ones closing
+//! ([`MAX_EVICTING_SHARE`]), × (TLS and HTTP buffers, about 50 KiB: rustls' record buffers,
+//! [`HTTP1_MAX_BUF_BYTES`] or the HTTP/2 windows) ≈ 63 MiB, plus the 64 MiB body budget,
+//! plus the caches.
 
 use std::time::Duration;
 
@@ -24,10 +25,18 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 pub const DEFAULT_MAX_ADMIN_CONNECTIONS: usize = 64;
 
 /// Default of [`Limits::max_connections_per_peer`]: one Pod (one IP address) cannot take
-/// more than half of the webhook's connections, so it cannot lock the API server out; and a
-/// legitimate client opening many connections at once (HTTP/1, or a burst of dials before
-/// HTTP/2 is negotiated) is far from it.
-pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 512;
+/// more than a quarter of the webhook's connections; and a legitimate client opening many
+/// connections at once (HTTP/1, or a burst of dials before HTTP/2 is negotiated; the API
+/// server needs one per [`DEFAULT_HTTP2_MAX_STREAMS`] reviews in flight) is far from it.
+/// Several Pods together can still fill the listener: then fair sharing (a peer below its
+/// share evicts the largest holder's oldest idle connection) keeps the API server in.
+pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 256;
+
+/// Connections evicted for a fairer share close gracefully, which may take up to the drain
+/// timeout (a request in progress is answered first); meanwhile they no longer count
+/// against the cap. At most one in this many of the cap may be closing so at once, beyond
+/// the cap; a full listener refuses while that many are.
+pub const MAX_EVICTING_SHARE: usize = 4;
 
 /// Default of [`Limits::body_budget`]: 21 bodies of the 3 MiB maximum, or thousands of
 /// typical 15 KB Pod reviews.
@@ -85,7 +94,8 @@ pub struct Limits {
     pub max_connections: usize,
     /// Connections open at once on the admin port.
     pub max_admin_connections: usize,
-    /// Connections open at once from one IP address on the webhook port.
+    /// Connections open at once from one IP address on the webhook port. When the port is
+    /// full, a peer below its fair share still gets a slot from the largest holder.
     pub max_connections_per_peer: usize,
     /// Bytes of request bodies held at once, across connections. A body that does not fit
     /// gets 503 with `Retry-After` before it is read.

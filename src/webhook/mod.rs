@@ -5,7 +5,8 @@
 //!
 //! ```text
 //!              HTTPS :8443                                   HTTP :8080 (crate::admin)
-//!   accept: a slot under the cap (per listener, per peer), else closed at once
+//!   accept: a slot under the cap (per listener, per peer; when full, a peer below its fair
+//!   share evicts the largest holder's oldest idle connection), else closed at once
 //!   TLS (CertResolver, ArcSwap), handshake timeout; HTTP/1 header, HTTP/2 preface and
 //!   idle timeouts, maximum connection age (connection::drive)
 //!                                  ─► router: POST /mutate       /healthz /readyz /metrics
@@ -24,6 +25,7 @@ mod error;
 mod limits;
 mod mutate;
 mod server;
+mod slots;
 
 use std::{
     net::SocketAddr,
@@ -41,7 +43,7 @@ pub use limits::{
     DEFAULT_HTTP2_IDLE_TIMEOUT, DEFAULT_HTTP2_MAX_STREAMS, DEFAULT_HTTP2_PREFACE_TIMEOUT,
     DEFAULT_MAX_ADMIN_CONNECTIONS, DEFAULT_MAX_CONNECTION_AGE, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_PEER, HTTP1_MAX_BUF_BYTES, HTTP2_CONNECTION_WINDOW_BYTES,
-    HTTP2_MAX_HEADER_LIST_BYTES, HTTP2_STREAM_WINDOW_BYTES, Limits,
+    HTTP2_MAX_HEADER_LIST_BYTES, HTTP2_STREAM_WINDOW_BYTES, Limits, MAX_EVICTING_SHARE,
 };
 pub use mutate::router;
 pub use server::{DRAIN_TIMEOUT, HANDSHAKE_TIMEOUT, Listeners, Timing, Tuning, serve};

@@ -19,15 +19,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     WebhookError, WebhookState,
-    connection::{
-        Activity, Closed, ConnectionLimiter, ConnectionPermit, Refusal, Timers, Tracked, Watched,
-        drive,
-    },
+    connection::{Closed, Timers, Tracked, Watched, drive},
     limits::{
         HTTP1_MAX_BUF_BYTES, HTTP2_CONNECTION_WINDOW_BYTES, HTTP2_MAX_HEADER_LIST_BYTES,
         HTTP2_STREAM_WINDOW_BYTES, Limits,
     },
     router,
+    slots::{ConnectionLimiter, ConnectionPermit, Refusal},
 };
 use crate::admin::{MetricsAccess, admin_router};
 use crate::{
@@ -116,7 +114,9 @@ const ADMIN: &str = "admin";
 /// close and connections drain (HTTP/1 finishes its request and closes, HTTP/2 gets GOAWAY),
 /// at most for `drain_timeout`.
 ///
-/// Connections over a listener's cap are accepted and closed at once (see [`Limits`]).
+/// Connections over a listener's cap are accepted and closed at once, unless their peer holds
+/// less than its fair share and another holds more: then that one closes a connection
+/// gracefully (see [`ConnectionLimiter`] and [`Limits`]).
 pub async fn serve(
     listeners: Listeners,
     certificate: Arc<CertResolver>,
@@ -300,13 +300,13 @@ struct Endpoint {
 
 impl Endpoint {
     /// Serves one accepted connection to its end, holding its slot until then. Once
-    /// `draining` is cancelled a handshake in progress is abandoned, and a connection
-    /// serving is closed gracefully.
+    /// `draining` is cancelled or the slot is evicted, a handshake in progress is
+    /// abandoned, and a connection serving is closed gracefully.
     async fn serve(
         self,
         stream: TcpStream,
         peer: SocketAddr,
-        _slot: ConnectionPermit,
+        slot: ConnectionPermit,
         draining: CancellationToken,
     ) {
         // Responses are small and latency matters more than packet count.
@@ -314,10 +314,15 @@ impl Endpoint {
             tracing::debug!(%peer, %error, "cannot set TCP_NODELAY");
         }
         let Some(acceptor) = &self.tls else {
-            return self.serve_http(stream, false, peer, &draining).await;
+            return self.serve_http(stream, false, peer, &slot, &draining).await;
         };
         let handshake = tokio::select! {
             () = draining.cancelled() => return,
+            () = slot.evicted().cancelled() => {
+                tracing::debug!(%peer, "connection evicted during the TLS handshake");
+                self.metrics.connections.record_closed(Closed::Evicted.as_str());
+                return;
+            }
             handshake = tokio::time::timeout(self.handshake_timeout, acceptor.accept(stream)) => handshake,
         };
         let stream = match handshake {
@@ -335,7 +340,7 @@ impl Endpoint {
             }
         };
         let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
-        self.serve_http(stream, http2, peer, &draining).await;
+        self.serve_http(stream, http2, peer, &slot, &draining).await;
     }
 
     async fn serve_http<I>(
@@ -343,6 +348,7 @@ impl Endpoint {
         io: I,
         http2: bool,
         peer: SocketAddr,
+        slot: &ConnectionPermit,
         draining: &CancellationToken,
     ) where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -352,14 +358,12 @@ impl Endpoint {
         } else {
             &self.protocols.http1
         };
-        let activity = Activity::new();
-        let io = TokioIo::new(Watched::new(io, Arc::clone(&activity)));
-        let service = Tracked::new(self.service.clone(), Arc::clone(&activity));
+        let activity = slot.activity();
+        let io = TokioIo::new(Watched::new(io, Arc::clone(activity)));
+        let service = Tracked::new(self.service.clone(), Arc::clone(activity));
         let connection = builder.serve_connection(io, service);
         let metrics = &self.metrics.connections;
-        if let Err(error) =
-            drive(connection, http2, &activity, self.timers, draining, metrics).await
-        {
+        if let Err(error) = drive(connection, http2, slot, self.timers, draining, metrics).await {
             if error
                 .downcast_ref::<hyper::Error>()
                 .is_some_and(hyper::Error::is_timeout)
