@@ -893,7 +893,8 @@ providers:
     }
 
     #[test]
-    fn fleet_is_off_by_default_and_when_on_reads_cluster_api_clusters_only_where_asked() -> Result {
+    fn fleet_is_off_by_default_and_when_on_reads_cluster_api_clusters_only_where_asked_or_in_its_own_namespace()
+    -> Result {
         let is_fleet_rbac = |o: &Value| {
             o["metadata"]["name"]
                 .as_str()
@@ -952,17 +953,36 @@ providers:
                 _ => {}
             }
         }
-        let everywhere = render(&["fleet.enabled=true"])?;
-        let kinds: Vec<&str> = everywhere
+        // No namespace named: the release namespace, never every namespace (docs/fleet.md,
+        // "Who can enrol a cluster").
+        let own = render(&["fleet.enabled=true"])?;
+        let mut kinds: Vec<(&str, &str)> = own
             .iter()
             .filter(|o| is_fleet_rbac(o))
-            .filter_map(|o| o["kind"].as_str())
+            .filter_map(|o| {
+                Some((
+                    o["kind"].as_str()?,
+                    o["metadata"]["namespace"].as_str().unwrap_or(""),
+                ))
+            })
             .collect();
-        assert_eq!(kinds, ["ClusterRole", "ClusterRoleBinding"]);
+        kinds.sort();
         assert_eq!(
-            find(&everywhere, "ClusterRole", "cheiron-fleet")?["rules"],
-            serde_json::json!([crd, clusters])
+            kinds,
+            [
+                ("ClusterRole", ""),
+                ("ClusterRoleBinding", ""),
+                ("Role", NAMESPACE),
+                ("RoleBinding", NAMESPACE)
+            ]
         );
+        assert_eq!(
+            find(&own, "ClusterRole", "cheiron-fleet")?["rules"],
+            serde_json::json!([crd])
+        );
+        let controller = args(&own, "cheiron-controller")?;
+        let flag = format!("--fleet-namespace={NAMESPACE}");
+        assert!(controller.contains(&flag.as_str()), "{controller:?}");
         Ok(())
     }
 

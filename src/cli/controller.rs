@@ -102,10 +102,46 @@ pub struct ControllerArgs {
     /// `<cluster>-kubeconfig`) this controller may read (docs/fleet.md).
     #[arg(long, env = "CHEIRON_FLEET")]
     pub fleet: bool,
-    /// With --fleet: read kubeconfig Secrets in this namespace only (repeatable; default: every
-    /// namespace).
+    /// With --fleet: read kubeconfig Secrets and Cluster API Clusters in this namespace
+    /// (repeatable; default: cheiron's own namespace, never every namespace). Whoever may write
+    /// Secrets or Clusters there can enrol a workload cluster: list only namespaces that only
+    /// administrators write.
     #[arg(long, value_name = "NAMESPACE", requires = "fleet")]
     pub fleet_namespace: Vec<String>,
+    /// With --fleet: a kubeconfig Secret's own labels select its cluster when no Cluster API
+    /// Cluster of that name is in its namespace (off: only Clusters select).
+    #[arg(
+        long,
+        requires = "fleet",
+        env = "CHEIRON_FLEET_SELECT_BY_SECRET_LABELS"
+    )]
+    pub fleet_select_by_secret_labels: bool,
+    /// With --fleet: accept kubeconfigs that set insecure-skip-tls-verify or name a plain
+    /// http:// server (refused by default).
+    #[arg(long, requires = "fleet", env = "CHEIRON_FLEET_ALLOW_INSECURE")]
+    pub fleet_allow_insecure: bool,
+    /// With --fleet: most workload clusters connected to at once; those wanted beyond it are
+    /// reported in status.clusters, not connected to.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = controller::fleet::DEFAULT_MAX_CLUSTERS,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000),
+        requires = "fleet",
+        env = "CHEIRON_FLEET_MAX_CLUSTERS"
+    )]
+    pub fleet_max_clusters: usize,
+    /// With --fleet: most bytes of one answer of a workload cluster (a list page, a watch
+    /// stream, which is then resumed); a longer one fails.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = controller::fleet::DEFAULT_MAX_RESPONSE_BYTES,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(65_536..=1_073_741_824),
+        requires = "fleet",
+        env = "CHEIRON_FLEET_MAX_RESPONSE_BYTES"
+    )]
+    pub fleet_max_response_bytes: usize,
     /// With --fleet: how long after a ClusterImagePullSecretManager's deletion its cleanup in
     /// a workload cluster that does not answer (or refuses) is retried; then its finalizer is
     /// released with a Warning Event naming the clusters where copies were left.
@@ -229,6 +265,10 @@ impl ControllerArgs {
             fleet_namespace,
             fleet_cleanup_timeout,
             node_namespace,
+            fleet_select_by_secret_labels,
+            fleet_allow_insecure,
+            fleet_max_clusters,
+            fleet_max_response_bytes,
         } = self;
         let instance = pod_name
             .or_else(|| std::env::var("HOSTNAME").ok())
@@ -237,6 +277,12 @@ impl ControllerArgs {
             .clone()
             .or_else(|| leader_election_namespace.clone())
             .or_else(|| Some(client.default_namespace().to_owned()));
+        // Without --fleet-namespace, cheiron's own namespace: never every namespace.
+        let fleet_namespaces = if fleet_namespace.is_empty() {
+            own_namespace.iter().cloned().collect()
+        } else {
+            fleet_namespace
+        };
         let options = ControllerOptions {
             resync: Duration::from_secs(resync),
             instance,
@@ -245,8 +291,12 @@ impl ControllerArgs {
             credentials: credential_providers.settings(own_namespace)?,
             fleet: controller::fleet::FleetOptions {
                 enabled: fleet,
-                namespaces: fleet_namespace,
+                namespaces: fleet_namespaces,
                 cleanup_timeout: Duration::from_secs(fleet_cleanup_timeout),
+                select_by_secret_labels: fleet_select_by_secret_labels,
+                allow_insecure: fleet_allow_insecure,
+                max_clusters: fleet_max_clusters,
+                max_response_bytes: fleet_max_response_bytes,
             },
             missing_secret_grace: Duration::from_secs(missing_secret_grace),
             ..ControllerOptions::default()

@@ -57,7 +57,7 @@ pub struct ManifestsArgs {
     #[arg(long, env = "CHEIRON_MANIFESTS_FLEET")]
     fleet: bool,
     /// With --fleet: the namespace holding the kubeconfig Secrets and Clusters (repeatable;
-    /// default: every namespace), as the chart's fleet.namespaces.
+    /// default: cheiron's namespace), as the chart's fleet.namespaces.
     #[arg(long, value_name = "NS", requires = "fleet", value_parser = parse_namespace)]
     fleet_namespace: Vec<String>,
     /// Also install the node agent (docs/node.md): a DaemonSet of `cheiron node-agent` on

@@ -11,6 +11,16 @@
 //! very same planning and writes against it ([`super::reconcile`]). A Cluster API `Cluster`
 //! (when its CRD is served) decides with its labels whether a cluster is selected, and one
 //! being deleted is released: cheiron stops acting there without cleaning up.
+//!
+//! Only an administrator enrols a workload cluster (docs/fleet.md, "Who can enrol a
+//! cluster"): kubeconfig Secrets and `Cluster`s are read only in the fleet namespaces (cheiron's
+//! own by default), a kubeconfig Secret's own labels select nothing unless
+//! `--fleet-select-by-secret-labels` says they may, a kubeconfig skipping TLS verification or
+//! naming a plain `http://` server is refused without `--fleet-allow-insecure`, at most
+//! `--fleet-max-clusters` clusters are connected to, and nothing a workload cluster answers is
+//! shown ([`guard`]).
+
+pub(super) mod guard;
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -71,16 +81,35 @@ pub const DEFAULT_CLEANUP_TIMEOUT: Duration = Duration::from_secs(600);
 /// appears, also after the controller started.
 pub const CAPI_CLUSTERS_CRD: &str = "clusters.cluster.x-k8s.io";
 
-/// Settings of the fleet (`--fleet`, `--fleet-namespace`, `--fleet-cleanup-timeout`).
+/// Most workload clusters connected to at once (`--fleet-max-clusters`): those wanted beyond
+/// it are reported, not connected to.
+pub const DEFAULT_MAX_CLUSTERS: usize = 100;
+
+pub use guard::DEFAULT_MAX_RESPONSE_BYTES;
+
+/// Settings of the fleet (`--fleet`, `--fleet-namespace`, `--fleet-cleanup-timeout`,
+/// `--fleet-select-by-secret-labels`, `--fleet-allow-insecure`, `--fleet-max-clusters`,
+/// `--fleet-max-response-bytes`).
 #[derive(Clone, Debug)]
 pub struct FleetOptions {
     /// Whether to act in workload clusters at all (reading kubeconfig Secrets needs RBAC the
     /// chart grants only with `fleet.enabled`).
     pub enabled: bool,
-    /// The namespaces whose kubeconfig Secrets are read; empty: every namespace.
+    /// The namespaces whose kubeconfig Secrets and Cluster API `Cluster`s are read: namespaces
+    /// only an administrator writes. Empty: the namespace of the controller's client (the
+    /// command line puts cheiron's own namespace here); never every namespace.
     pub namespaces: Vec<String>,
     /// How long a deleted manager waits for its cleanup in workload clusters.
     pub cleanup_timeout: Duration,
+    /// Whether a kubeconfig Secret's own labels select its cluster when no Cluster API
+    /// `Cluster` of that name is in its namespace. Off: only a `Cluster` selects.
+    pub select_by_secret_labels: bool,
+    /// Whether a kubeconfig may skip TLS verification or name a plain `http://` server.
+    pub allow_insecure: bool,
+    /// Most workload clusters connected to at once.
+    pub max_clusters: usize,
+    /// Most bytes of one answer of a workload cluster.
+    pub max_response_bytes: usize,
 }
 
 impl Default for FleetOptions {
@@ -89,6 +118,10 @@ impl Default for FleetOptions {
             enabled: false,
             namespaces: Vec::new(),
             cleanup_timeout: DEFAULT_CLEANUP_TIMEOUT,
+            select_by_secret_labels: false,
+            allow_insecure: false,
+            max_clusters: DEFAULT_MAX_CLUSTERS,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 }
@@ -139,6 +172,8 @@ struct Member {
     secret_version: String,
     /// The connection, or why there is none (never the kubeconfig's content).
     workload: Option<Result<Arc<Workload>, String>>,
+    /// Wanted, but beyond `--fleet-max-clusters`: not connected to.
+    capped: bool,
 }
 
 /// A Cluster API `Cluster`'s metadata.
@@ -150,6 +185,8 @@ struct CapiCluster {
 
 #[derive(Default)]
 struct State {
+    /// `--fleet-select-by-secret-labels`.
+    by_secret_labels: bool,
     /// By `<namespace>/<cluster>`.
     members: BTreeMap<String, Member>,
     /// By `<namespace>/<name>`.
@@ -160,6 +197,22 @@ struct State {
     holds: HashMap<String, BTreeSet<String>>,
     /// By manager uid and cluster: how it last stood there.
     health: HashMap<(String, String), Health>,
+}
+
+impl State {
+    /// The labels that decide whether the cluster `name` is selected: those of its Cluster
+    /// API `Cluster`, or, only with `--fleet-select-by-secret-labels`, those of its kubeconfig
+    /// Secret; none (selected by nothing) otherwise.
+    fn labels<'a>(
+        &'a self,
+        name: &str,
+        member: &'a Member,
+    ) -> Option<&'a BTreeMap<String, String>> {
+        match self.capi.get(name) {
+            Some(c) => Some(&c.labels),
+            None => self.by_secret_labels.then_some(&member.secret_labels),
+        }
+    }
 }
 
 /// The workload clusters worth a connection: those a manager that is not being deleted
@@ -173,10 +226,10 @@ fn wanted(state: &State, managers: &[Arc<ClusterImagePullSecretManager>]) -> BTr
         if capi.is_some_and(|c| c.deleting) {
             continue;
         }
-        let labels = capi.map_or(&member.secret_labels, |c| &c.labels);
+        let labels = state.labels(name, member);
         let needed = managers.iter().any(|m| {
             let selects = m.metadata.deletion_timestamp.is_none()
-                && cluster_selector(m).is_some_and(|s| s.matches(labels));
+                && labels.is_some_and(|l| cluster_selector(m).is_some_and(|s| s.matches(l)));
             let holds = match state.holds.get(&m.uid().unwrap_or_default()) {
                 Some(held) => held.contains(name),
                 None => m
@@ -191,6 +244,24 @@ fn wanted(state: &State, managers: &[Arc<ClusterImagePullSecretManager>]) -> BTr
         }
     }
     out
+}
+
+/// Of the `wanted` clusters, those to connect to: at most `max`, those connected already
+/// first (a new cluster never takes the place of one in use), then by name.
+fn within_cap(state: &State, wanted: &BTreeSet<String>, max: usize) -> BTreeSet<String> {
+    let connected = |name: &String| {
+        state
+            .members
+            .get(name)
+            .is_some_and(|m| matches!(m.workload, Some(Ok(_))))
+    };
+    wanted
+        .iter()
+        .filter(|n| connected(n))
+        .chain(wanted.iter().filter(|n| !connected(n)))
+        .take(max)
+        .cloned()
+        .collect()
 }
 
 /// One connected workload cluster: its client, caches and watches, behind a [`Context`].
@@ -256,10 +327,14 @@ impl Fleet {
         managers: Store<ClusterImagePullSecretManager>,
         reporter: Reporter,
     ) -> Self {
+        let state = State {
+            by_secret_labels: options.select_by_secret_labels,
+            ..State::default()
+        };
         Self {
             management,
             options,
-            state: Mutex::default(),
+            state: Mutex::new(state),
             metrics,
             triggers,
             managers,
@@ -310,9 +385,17 @@ impl Fleet {
             state.holds.retain(|uid, _| live.contains(uid));
             state.health.retain(|(uid, _), _| live.contains(uid));
             let wanted = wanted(&state, &managers);
+            let allowed = within_cap(&state, &wanted, self.options.max_clusters);
             let mut connect = Vec::new();
             let mut dropped = Vec::new();
             for (name, member) in &mut state.members {
+                member.capped = wanted.contains(name) && !allowed.contains(name);
+                if member.capped {
+                    if member.workload.take().is_some() {
+                        dropped.push(name.clone());
+                    }
+                    continue;
+                }
                 match (wanted.contains(name), member.workload.is_some()) {
                     (true, false) => connect.push((name.clone(), member.secret_version.clone())),
                     (false, true) => {
@@ -389,12 +472,25 @@ impl Fleet {
         };
         let mut out = Vec::new();
         for (name, member) in &state.members {
-            let capi = state.capi.get(name);
-            if capi.is_some_and(|c| c.deleting) {
+            if state.capi.get(name).is_some_and(|c| c.deleting) {
                 continue;
             }
-            let labels = capi.map_or(&member.secret_labels, |c| &c.labels);
-            let selected = selector.as_ref().is_some_and(|s| s.matches(labels));
+            let selected = state
+                .labels(name, member)
+                .is_some_and(|l| selector.as_ref().is_some_and(|s| s.matches(l)));
+            if member.capped && (selected || holds(name)) {
+                out.push((
+                    name.clone(),
+                    Role::Unusable {
+                        why: format!(
+                            "refused: more than {} workload clusters are wanted (--fleet-max-clusters)",
+                            self.options.max_clusters
+                        ),
+                        selected,
+                    },
+                ));
+                continue;
+            }
             let role = match (&member.workload, selected) {
                 (Some(Ok(w)), true) => Role::Selected(w.clone()),
                 // Cleaned only where the manager may have copies: a manager that never selected
@@ -426,10 +522,10 @@ impl Fleet {
             let Some(member) = state.members.get(cluster) else {
                 return Vec::new();
             };
-            state
-                .capi
-                .get(cluster)
-                .map_or(member.secret_labels.clone(), |c| c.labels.clone())
+            match state.labels(cluster, member) {
+                Some(labels) => labels.clone(),
+                None => return Vec::new(),
+            }
         };
         let mut out: Vec<Manager> = self
             .managers
@@ -476,8 +572,9 @@ impl Fleet {
     /// Watches the kubeconfig Secrets, and Cluster API's CRD, running the `Cluster` watches
     /// while it is served, until dropped.
     pub(super) async fn run(self: Arc<Self>) {
+        // Never every namespace: whoever may write a Secret there could enrol a cluster.
         let namespaces: Vec<Option<String>> = if self.options.namespaces.is_empty() {
-            vec![None]
+            vec![Some(self.management.default_namespace().to_owned())]
         } else {
             self.options.namespaces.iter().cloned().map(Some).collect()
         };
@@ -668,9 +765,11 @@ impl Fleet {
             .ok_or_else(|| format!("its kubeconfig Secret has no key {KUBECONFIG_KEY}"))?;
         let text = std::str::from_utf8(&value.0)
             .map_err(|_| format!("key {KUBECONFIG_KEY} of its kubeconfig Secret is not text"))?;
-        let config = client_config(text).await?;
-        let client = Client::try_from(config)
-            .map_err(|_| "no client can be built from its kubeconfig".to_owned())?;
+        let config = client_config(text, self.options.allow_insecure).await?;
+        let client = kube::client::ClientBuilder::try_from(config)
+            .map_err(|_| "no client can be built from its kubeconfig".to_owned())?
+            .with_layer(&guard::layer(self.options.max_response_bytes))
+            .build();
         Ok(self.workload(name, client))
     }
 
@@ -692,6 +791,7 @@ impl Fleet {
             secrets: secrets.clone(),
             service_accounts: service_accounts.clone(),
             compiled: CompiledManagers::for_workloads(),
+            untrusted: true,
         };
         let caches = Caches {
             namespaced,
@@ -829,12 +929,18 @@ async fn served_capi_cluster(client: &Client) -> Option<ApiResource> {
 /// itself carries is used: credentials and certificates inline. A kubeconfig naming a file,
 /// an exec plugin or an auth provider is refused, since whoever may write the Secret would
 /// otherwise make cheiron run a command or send a file of its own Pod (its ServiceAccount
-/// token) to a server of their choosing. Errors never quote the kubeconfig.
-pub(super) async fn client_config(text: &str) -> Result<kube::Config, String> {
+/// token) to a server of their choosing. A cluster skipping TLS verification, naming a server
+/// that is not `https://` or a proxy is refused unless `allow_insecure` (`--fleet-allow-insecure`;
+/// a proxy always). Errors never quote the kubeconfig.
+pub(super) async fn client_config(
+    text: &str,
+    allow_insecure: bool,
+) -> Result<kube::Config, String> {
     let kubeconfig = Kubeconfig::from_yaml(text).map_err(|_| {
         format!("key {KUBECONFIG_KEY} of its kubeconfig Secret is not a kubeconfig")
     })?;
     refuse_outside_references(&kubeconfig)?;
+    refuse_insecure(&kubeconfig, allow_insecure)?;
     let mut config =
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
@@ -843,6 +949,38 @@ pub(super) async fn client_config(text: &str) -> Result<kube::Config, String> {
             })?;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     Ok(config)
+}
+
+fn refuse_insecure(kubeconfig: &Kubeconfig, allow_insecure: bool) -> Result<(), String> {
+    for named in &kubeconfig.clusters {
+        let Some(cluster) = &named.cluster else {
+            continue;
+        };
+        let name = &named.name;
+        if cluster.proxy_url.is_some() {
+            return Err(format!(
+                "refused: its kubeconfig's cluster {name} uses proxy-url, which cheiron does not follow (docs/fleet.md)"
+            ));
+        }
+        if allow_insecure {
+            continue;
+        }
+        if cluster.insecure_skip_tls_verify == Some(true) {
+            return Err(format!(
+                "refused: its kubeconfig's cluster {name} sets insecure-skip-tls-verify; allowed only with --fleet-allow-insecure (docs/fleet.md)"
+            ));
+        }
+        let https = cluster
+            .server
+            .as_deref()
+            .is_some_and(|s| s.trim().to_ascii_lowercase().starts_with("https://"));
+        if !https {
+            return Err(format!(
+                "refused: its kubeconfig's cluster {name} has a server that is not https://; allowed only with --fleet-allow-insecure (docs/fleet.md)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn refuse_outside_references(kubeconfig: &Kubeconfig) -> Result<(), String> {
@@ -902,7 +1040,7 @@ current-context: w
 
     #[tokio::test]
     async fn an_inline_kubeconfig_gives_a_client_configuration() {
-        let config = client_config(INLINE).await;
+        let config = client_config(INLINE, true).await;
         assert!(config.is_ok(), "{:?}", config.err());
     }
 
@@ -925,7 +1063,7 @@ current-context: w
             ("auth-provider", "auth-provider: {name: oidc, config: {}}"),
         ] {
             let text = INLINE.replace("token: the-token-value", replacement);
-            let err = client_config(&text).await.err();
+            let err = client_config(&text, true).await.err();
             assert!(
                 err.as_deref().is_some_and(|e| e.contains(field)),
                 "{field}: {err:?}"
@@ -935,7 +1073,7 @@ current-context: w
             "insecure-skip-tls-verify: true",
             "certificate-authority: /etc/ssl/ca.pem",
         );
-        let err = client_config(&text).await.err();
+        let err = client_config(&text, true).await.err();
         assert!(
             err.as_deref()
                 .is_some_and(|e| e.contains("certificate-authority")),
@@ -950,7 +1088,7 @@ current-context: w
             "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    token: the-token-value\n",
             "not: a\nkubeconfig: the-token-value\n",
         ] {
-            let err = client_config(text).await.err().unwrap_or_default();
+            let err = client_config(text, true).await.err().unwrap_or_default();
             assert!(!err.is_empty(), "{text}: accepted");
             assert!(!err.contains("the-token-value"), "{err}");
         }
@@ -994,7 +1132,10 @@ current-context: w
 
     #[test]
     fn only_selected_clusters_and_those_with_copies_to_clean_are_connected_to() {
-        let mut state = State::default();
+        let mut state = State {
+            by_secret_labels: true,
+            ..State::default()
+        };
         for (name, env) in [
             ("capi/prod", "prod"),
             ("capi/dev", "dev"),
@@ -1063,6 +1204,103 @@ current-context: w
         );
         state.holds.insert("gone".to_owned(), BTreeSet::new());
         assert!(wanted(&state, &[gone]).is_empty());
+    }
+
+    #[test]
+    fn a_kubeconfig_secrets_own_labels_select_nothing_unless_allowed() {
+        let mut state = State::default();
+        state
+            .members
+            .insert("fleet/hers".to_owned(), member("prod"));
+        state.members.insert("fleet/east".to_owned(), member("dev"));
+        let a = manager(
+            "a",
+            serde_json::json!({"matchLabels": {"env": "prod"}}),
+            &[],
+            false,
+        );
+        let every = manager("every", serde_json::json!({}), &[], false);
+        // Not even an empty selector selects a cluster only its Secret's labels describe.
+        assert!(wanted(&state, &[a.clone(), every]).is_empty());
+        // A Cluster API Cluster (in the Secret's namespace) decides.
+        state.capi.insert(
+            "fleet/east".to_owned(),
+            CapiCluster {
+                labels: [("env".to_owned(), "prod".to_owned())].into(),
+                deleting: false,
+            },
+        );
+        assert_eq!(
+            wanted(&state, std::slice::from_ref(&a)),
+            ["fleet/east".to_owned()].into()
+        );
+        // --fleet-select-by-secret-labels: the Secret's labels count where no Cluster is.
+        state.by_secret_labels = true;
+        assert_eq!(
+            wanted(&state, &[a]),
+            ["fleet/east".to_owned(), "fleet/hers".to_owned()].into()
+        );
+    }
+
+    #[test]
+    fn at_most_the_cap_is_connected_to_and_a_new_cluster_never_takes_a_connected_ones_place() {
+        let mut state = State::default();
+        for name in ["f/a", "f/b", "f/c"] {
+            state.members.insert(name.to_owned(), member("prod"));
+        }
+        let all: BTreeSet<String> = state.members.keys().cloned().collect();
+        assert_eq!(
+            within_cap(&state, &all, 2),
+            ["f/a".to_owned(), "f/b".to_owned()].into()
+        );
+        if let Some(c) = state.members.get_mut("f/c") {
+            c.workload = Some(Err("stands in for a connection".to_owned()));
+        }
+        // An error is no connection: still by name.
+        assert_eq!(within_cap(&state, &all, 1), ["f/a".to_owned()].into());
+        assert_eq!(within_cap(&state, &all, 5), all);
+    }
+
+    #[tokio::test]
+    async fn an_insecure_or_plain_http_kubeconfig_is_refused_unless_allowed() {
+        let plain = INLINE
+            .replace("https://127.0.0.1:6443", "http://127.0.0.1:6443")
+            .replace("    insecure-skip-tls-verify: true\n", "");
+        let verified = INLINE.replace(
+            "insecure-skip-tls-verify: true",
+            "certificate-authority-data: bm90LWEtY2VydA==",
+        );
+        for (text, field) in [
+            (INLINE, "insecure-skip-tls-verify"),
+            (plain.as_str(), "https://"),
+        ] {
+            let err = client_config(text, false).await.err().unwrap_or_default();
+            assert!(
+                err.starts_with("refused:")
+                    && err.contains(field)
+                    && err.contains("--fleet-allow-insecure"),
+                "{err}"
+            );
+            assert!(!err.contains("127.0.0.1"), "the server is quoted: {err}");
+        }
+        assert!(client_config(INLINE, true).await.is_ok());
+        assert!(client_config(&plain, true).await.is_ok());
+        // https with a CA is what is accepted by default (the CA is checked when connecting).
+        let err = client_config(&verified, false)
+            .await
+            .err()
+            .unwrap_or_default();
+        assert!(!err.starts_with("refused:"), "{err}");
+        // A proxy is never followed.
+        let proxied = INLINE.replace(
+            "    insecure-skip-tls-verify: true",
+            "    insecure-skip-tls-verify: true\n    proxy-url: http://10.0.0.1:3128",
+        );
+        let err = client_config(&proxied, true)
+            .await
+            .err()
+            .unwrap_or_default();
+        assert!(err.contains("proxy-url"), "{err}");
     }
 
     #[test]

@@ -186,6 +186,7 @@ pub async fn run(
         secrets: secrets.clone(),
         service_accounts: service_accounts.clone(),
         compiled: Default::default(),
+        untrusted: false,
     };
     let reporter = Reporter {
         controller: "cheiron".to_owned(),

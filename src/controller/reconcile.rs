@@ -509,7 +509,12 @@ async fn sync_workload(
         .set_connected(&workload.name, answered && workload.synced());
     match probe {
         Ok(Ok(_)) => {}
-        Ok(Err(e)) => return Err(format!("unreachable: {}", crate::message::api_error(&e))),
+        Ok(Err(e)) => {
+            return Err(format!(
+                "unreachable: {}",
+                super::fleet::guard::error_line(&e)
+            ));
+        }
         Err(_) => {
             return Err(format!(
                 "unreachable: no answer within {}s",

@@ -252,6 +252,19 @@ pub(super) struct Routing {
     pub secrets: SecretCache,
     pub service_accounts: ServiceAccountCache,
     pub compiled: CompiledManagers,
+    /// A workload cluster's watches (docs/fleet.md): their errors are logged without what
+    /// the server said.
+    pub untrusted: bool,
+}
+
+impl Routing {
+    fn watch_error(&self, e: &watcher::Error) -> String {
+        if self.untrusted {
+            super::fleet::guard::watch_error_line(e)
+        } else {
+            e.to_string()
+        }
+    }
 }
 
 /// Watches Namespaces (metadata only), cheiron's own Secrets (label selector) and
@@ -276,7 +289,11 @@ pub(super) async fn route(client: Client, routing: Routing) {
                             .namespace_changed(&ns.name_any(), &r1.namespaced, &r1.cluster);
                     }
                 }
-                Err(e) => tracing::warn!(kind = "Namespace", error = %e, "watch failed; retrying"),
+                Err(e) => tracing::warn!(
+                    kind = "Namespace",
+                    error = r1.watch_error(&e),
+                    "watch failed; retrying"
+                ),
             }
             future::ready(())
         }),
@@ -301,7 +318,11 @@ pub(super) async fn route(client: Client, routing: Routing) {
                         r2.triggers.send(ManagerRef::from(&owner));
                     }
                 }
-                Err(e) => tracing::warn!(kind = "Secret", error = %e, "watch failed; retrying"),
+                Err(e) => tracing::warn!(
+                    kind = "Secret",
+                    error = r2.watch_error(&e),
+                    "watch failed; retrying"
+                ),
             }
             future::ready(())
         }),
@@ -326,7 +347,11 @@ pub(super) async fn route(client: Client, routing: Routing) {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(kind = "ServiceAccount", error = %e, "watch failed; retrying")
+                    tracing::warn!(
+                        kind = "ServiceAccount",
+                        error = r3.watch_error(&e),
+                        "watch failed; retrying"
+                    )
                 }
             }
             future::ready(())

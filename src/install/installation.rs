@@ -175,8 +175,19 @@ pub struct Install {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FleetSetup {
     /// The namespaces holding the kubeconfig Secrets and Cluster API `Cluster`s
-    /// (`--fleet-namespace`); empty: every namespace.
+    /// (`--fleet-namespace`); empty: cheiron's own namespace (never every namespace).
     pub namespaces: Vec<String>,
+}
+
+impl FleetSetup {
+    /// The fleet namespaces of an install in `own`: those named, or `own`.
+    pub fn namespaces_in(&self, own: &str) -> Vec<String> {
+        if self.namespaces.is_empty() {
+            vec![own.to_owned()]
+        } else {
+            self.namespaces.clone()
+        }
+    }
 }
 
 impl Default for Install {

@@ -168,22 +168,17 @@ impl Install {
     }
 
     /// The fleet's RBAC (docs/fleet.md): a ClusterRole `cheiron-fleet` reading Cluster API's
-    /// CRD (and its `Cluster`s everywhere when no namespace is named), and a Role
-    /// `cheiron-fleet` reading the `Cluster`s in each fleet namespace named.
+    /// CRD, and a Role `cheiron-fleet` reading the `Cluster`s in each fleet namespace (cheiron's
+    /// own when none is named; never cluster-wide).
     fn fleet_objects(
         &self,
         fleet: &FleetSetup,
         controller: &str,
     ) -> Result<Vec<Value>, ManifestError> {
         let mut objects = self
-            .cluster_access(
-                FLEET,
-                "controller",
-                &[controller],
-                rbac::fleet_crd_rules(fleet.namespaces.is_empty()),
-            )?
+            .cluster_access(FLEET, "controller", &[controller], rbac::fleet_crd_rules())?
             .to_vec();
-        for namespace in &fleet.namespaces {
+        for namespace in &fleet.namespaces_in(&self.namespace) {
             objects.extend(self.access_in(
                 namespace,
                 FLEET,

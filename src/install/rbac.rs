@@ -204,23 +204,19 @@ pub fn certificates_webhook_rules(webhook_configuration: &str) -> Vec<PolicyRule
     )]
 }
 
-/// With the fleet (docs/fleet.md), what the controller reads of Cluster API: its CRD, by name
-/// only (the `Cluster` watch starts when it appears), and, `cluster_wide`, its `Cluster`s
-/// everywhere (else [`fleet_cluster_rules`] in each fleet namespace). The kubeconfig Secrets
-/// are read under [`controller_rules`].
-pub fn fleet_crd_rules(cluster_wide: bool) -> Vec<PolicyRule> {
-    let mut rules = vec![named(
+/// With the fleet (docs/fleet.md), what the controller reads of Cluster API cluster-wide: its
+/// CRD, by name only (the `Cluster` watch starts when it appears). Its `Cluster`s are read
+/// only in the fleet namespaces ([`fleet_cluster_rules`]). The kubeconfig Secrets are read
+/// under [`controller_rules`].
+pub fn fleet_crd_rules() -> Vec<PolicyRule> {
+    vec![named(
         rule(
             "apiextensions.k8s.io",
             &["customresourcedefinitions"],
             &["get", "list", "watch"],
         ),
         "clusters.cluster.x-k8s.io",
-    )];
-    if cluster_wide {
-        rules.extend(fleet_cluster_rules());
-    }
-    rules
+    )]
 }
 
 /// Cluster API's `Cluster`s, as metadata: their labels decide which workload clusters a

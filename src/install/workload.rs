@@ -174,7 +174,7 @@ pub fn container_args(install: &Install, workload: Workload) -> Vec<String> {
         args.push("--fleet".to_owned());
         args.extend(
             fleet
-                .namespaces
+                .namespaces_in(&install.namespace)
                 .iter()
                 .map(|ns| format!("--fleet-namespace={ns}")),
         );

@@ -20,7 +20,7 @@ use crate::{
         Result,
         controller::{CheironProcess, READY_WITHIN},
         wait_for,
-        workload::{WorkloadCluster, install_capi_crd, write_kubeconfig_secret},
+        workload::{RefusingServer, WorkloadCluster, install_capi_crd, write_kubeconfig_secret},
     },
     scenario::{ControllerScenario, ManagerRef, TARGET_LABEL, describe_ready},
 };
@@ -479,7 +479,9 @@ async fn a_manager_in_the_management_cluster_keeps_two_workload_clusters_in_step
     Ok(())
 }
 
-/// `cheiron controller --fleet` reading the kubeconfig Secrets of `capi`, with `extra` flags.
+/// `cheiron controller --fleet` reading the kubeconfig Secrets of `capi`, their own labels
+/// selecting where no Cluster API `Cluster` does (these tests' administrator writes them), with
+/// `extra` flags.
 fn start_fleet_controller(
     s: &ControllerScenario,
     name: &str,
@@ -493,6 +495,7 @@ fn start_fleet_controller(
         "--fleet",
         "--fleet-namespace",
         capi,
+        "--fleet-select-by-secret-labels",
     ];
     args.extend(extra);
     CheironProcess::controller(&s.unique_name(name), &args)
@@ -722,12 +725,17 @@ async fn a_cluster_refusing_writes_holds_up_no_other_and_unselected_clusters_get
         &manager,
         &far.name,
         |c| match &c.message {
-            Some(m) if !c.ready && m.contains("takes no Secrets") => Ok(()),
+            // The code, never what the workload cluster said (docs/fleet.md).
+            Some(m) if !c.ready && (m.contains("422") || m.contains("403")) => Ok(()),
             _ => Err(format!("{c:?}").into()),
         },
         REACH,
     )
     .await?;
+    assert!(
+        !format!("{refused:?}").contains("takes no Secrets"),
+        "the workload cluster's answer is shown: {refused:?}"
+    );
     let encoded = base64::Engine::encode(
         &base64::engine::general_purpose::STANDARD,
         format!("fleet:{password}"),
@@ -909,5 +917,198 @@ async fn a_deleted_manager_waits_for_an_unreachable_cluster_only_until_the_clean
     holds(&copy, &v1)?;
     controller.check_running()?;
     lost.stop();
+    Ok(())
+}
+
+/// Secrets cheiron wrote anywhere in `cluster`.
+async fn cheirons_secrets(cluster: &WorkloadCluster) -> Result<Vec<String>> {
+    let all: Api<Secret> = Api::all(cluster.client()?);
+    Ok(all
+        .list(&kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=cheiron"))
+        .await?
+        .items
+        .iter()
+        .map(|s| format!("{}/{}", s.namespace().unwrap_or_default(), s.name_any()))
+        .collect())
+}
+
+/// The audit's HIGH finding (docs/fleet.md, "Who can enrol a cluster"): a tenant who may write
+/// Secrets only in her own namespace writes a kubeconfig Secret there, labelled as a manager
+/// selects, naming her own server. Without `--fleet-namespace` the controller reads kubeconfig
+/// Secrets only in its own namespace, so her server gets nothing; kubeconfigs in that namespace
+/// that skip TLS verification or name a plain `http://` server are refused without
+/// `--fleet-allow-insecure`, and say so.
+#[tokio::test]
+async fn a_tenants_kubeconfig_secret_enrols_no_cluster_and_insecure_kubeconfigs_are_refused()
+-> Result {
+    let s = ControllerScenario::without_shared_controller("fleet-trust").await?;
+    let cluster = s.cluster()?;
+    let mut platform = cluster.start_workload(&s.unique_name("platform")).await?;
+    let mut hers = cluster.start_workload(&s.unique_name("hers")).await?;
+    // cheiron's own namespace, and the tenant's.
+    let own = s.create_namespace(&[], &[]).await?;
+    let tenant = s.create_namespace(&[], &[]).await?;
+    write_prod_kubeconfig(&s, &own, &platform.name, &platform.kubeconfig()).await?;
+    write_prod_kubeconfig(&s, &tenant, &hers.name, &hers.kubeconfig()).await?;
+    let insecure = s.unique_name("insecure");
+    write_prod_kubeconfig(&s, &own, &insecure, &hers.insecure_kubeconfig()).await?;
+    let plain = s.unique_name("plain");
+    write_prod_kubeconfig(&s, &own, &plain, &hers.plain_http_kubeconfig()).await?;
+    let apps = s.unique_name("apps");
+    for w in [&platform, &hers] {
+        workload_namespace(&w.client()?, s.id(), &apps).await?;
+    }
+    let sources = s.create_namespace(&[], &[]).await?;
+    let password = "platform-registry-password";
+    let v1 = json!({"registry.example.com": registry_entry("fleet", password, None)});
+    s.create_secret(&sources, &dockerconfigjson_secret(COPY, &v1))
+        .await?;
+
+    // No --fleet-namespace: cheiron's own namespace only.
+    let controller = CheironProcess::controller(
+        &s.unique_name("fleet-trust"),
+        &[
+            "--no-leader-election",
+            "--resync",
+            "15",
+            "--pod-namespace",
+            own.as_str(),
+            "--fleet",
+            "--fleet-select-by-secret-labels",
+        ],
+    )?;
+    controller
+        .wait_for_admin_status("/readyz", 200, READY_WITHIN)
+        .await?;
+    let manager = apply_prod_manager(&s, "fleet-trust", &sources, false).await?;
+
+    until_synced(&platform, &apps, &v1, REACH).await?;
+    until_cluster_status(&s, &manager, &platform.name, is_ready, REACH).await?;
+    for (name, says) in [
+        (&insecure, "insecure-skip-tls-verify"),
+        (&plain, "https://"),
+    ] {
+        let refused = until_cluster_status(
+            &s,
+            &manager,
+            name,
+            |c| match &c.message {
+                Some(m) if !c.ready && m.contains(says) && m.contains("--fleet-allow-insecure") => {
+                    Ok(())
+                }
+                _ => Err(format!("{c:?}").into()),
+            },
+            REACH,
+        )
+        .await?;
+        assert!(
+            !format!("{refused:?}").contains(&hers.server),
+            "the kubeconfig is quoted: {refused:?}"
+        );
+    }
+    // A full resync later, her server still holds nothing of cheiron's, and she is not listed.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let leaked = cheirons_secrets(&hers).await?;
+    assert!(leaked.is_empty(), "her server received {leaked:?}");
+    let (_, status) = s.manager_status(&manager).await?;
+    assert!(
+        !status
+            .clusters
+            .iter()
+            .any(|c| c.name.starts_with(&format!("{tenant}/"))),
+        "{:?}",
+        status.clusters
+    );
+    // Only the platform's cluster is connected to.
+    until_connections(&controller, 1).await?;
+    controller.check_running()?;
+    platform.stop();
+    hers.stop();
+    Ok(())
+}
+
+/// The audit's MED and LOW findings: a "workload cluster" that answers 403 with a body of
+/// its own (an internal listener reached through `server:`) is reported by its code only —
+/// the body appears in no status, Event or log line — and clusters wanted beyond
+/// `--fleet-max-clusters` are reported, not connected to.
+#[tokio::test]
+async fn a_workload_servers_answer_is_never_shown_and_clusters_beyond_the_cap_are_refused() -> Result
+{
+    const MARKER: &str = "internal-listener-marker-3c1f9e";
+    let s = ControllerScenario::without_shared_controller("fleet-hostile").await?;
+    let hostile = RefusingServer::start(&format!(
+        "forbidden: {MARKER}: the admin console of an internal service"
+    ))
+    .await?;
+    let own = s.create_namespace(&[], &[]).await?;
+    let (first, second) = (s.unique_name("a"), s.unique_name("b"));
+    for name in [&first, &second] {
+        write_prod_kubeconfig(&s, &own, name, &hostile.kubeconfig(name)).await?;
+    }
+    let sources = s.create_namespace(&[], &[]).await?;
+    let v1 = json!({"registry.example.com": registry_entry("fleet", "v1", None)});
+    s.create_secret(&sources, &dockerconfigjson_secret(COPY, &v1))
+        .await?;
+    let controller = start_fleet_controller(
+        &s,
+        "fleet-hostile",
+        &own,
+        &["--fleet-allow-insecure", "--fleet-max-clusters", "1"],
+    )?;
+    controller
+        .wait_for_admin_status("/readyz", 200, READY_WITHIN)
+        .await?;
+    let manager = apply_prod_manager(&s, "fleet-hostile", &sources, false).await?;
+
+    let refused = until_cluster_status(
+        &s,
+        &manager,
+        &first,
+        |c| match &c.message {
+            Some(m) if !c.ready && m.contains("403") => Ok(()),
+            _ => Err(format!("{c:?}").into()),
+        },
+        REACH,
+    )
+    .await?;
+    println!("refused: {refused:?}");
+    let capped = until_cluster_status(
+        &s,
+        &manager,
+        &second,
+        |c| match &c.message {
+            Some(m) if !c.ready && m.contains("--fleet-max-clusters") => Ok(()),
+            _ => Err(format!("{c:?}").into()),
+        },
+        REACH,
+    )
+    .await?;
+    println!("capped: {capped:?}");
+    let event = s
+        .until_event_about_manager(&manager, "WorkloadClusterUnreachable")
+        .await?;
+    // Let the watches of the first fail and retry a while, logging.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(hostile.requests() > 0, "the controller never asked");
+    until_connections(&controller, 1).await?;
+
+    let (object, status) = s.manager_status(&manager).await?;
+    let shown = format!(
+        "{}\n{:?}\n{:?}",
+        serde_json::to_string(&object)?,
+        status,
+        s.events_about_manager(&manager).await?
+    );
+    assert!(!shown.contains(MARKER), "the body is shown: {shown}");
+    assert!(!format!("{event:?}").contains(MARKER), "{event:?}");
+    let log = std::fs::read_to_string(controller.log())?;
+    assert!(
+        log.contains(&first),
+        "the log says nothing of the cluster:\n{}",
+        controller.log_excerpt(40)
+    );
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains(MARKER)).collect();
+    assert!(lines.is_empty(), "the body is logged: {lines:?}");
+    controller.check_running()?;
     Ok(())
 }

@@ -136,6 +136,29 @@ impl WorkloadCluster {
         self.kubeconfig_with("not-a-known-token")
     }
 
+    /// Its admin's kubeconfig, skipping TLS verification instead of naming the CA
+    /// (`insecure-skip-tls-verify: true`): refused without `--fleet-allow-insecure`.
+    pub fn insecure_kubeconfig(&self) -> String {
+        self.kubeconfig()
+            .lines()
+            .map(|line| {
+                if line.trim_start().starts_with("certificate-authority-data:") {
+                    "    insecure-skip-tls-verify: true"
+                } else {
+                    line
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Its admin's kubeconfig with a plain `http://` server (the same port): refused without
+    /// `--fleet-allow-insecure`.
+    pub fn plain_http_kubeconfig(&self) -> String {
+        self.kubeconfig()
+            .replace("server: https://", "server: http://")
+    }
+
     fn kubeconfig_with(&self, token: &str) -> String {
         let ca = base64::engine::general_purpose::STANDARD.encode(&self.ca_pem);
         format!(
@@ -251,4 +274,68 @@ pub async fn install_capi_crd(management: &Client) -> Result<()> {
         },
     )
     .await
+}
+
+/// A hostile "workload cluster" (docs/fleet.md, "Who can enrol a cluster"): a plain `http://`
+/// listener that answers every request `403 Forbidden` with `body`, as an internal service
+/// behind a kubeconfig's `server:` would. Runs until the test's runtime ends.
+pub struct RefusingServer {
+    /// `http://127.0.0.1:PORT`.
+    pub server: String,
+    requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl RefusingServer {
+    /// Starts it on a free port.
+    pub async fn start(body: &str) -> Result<Self> {
+        use std::sync::{
+            Arc,
+            atomic::{AtomicUsize, Ordering},
+        };
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let server = format!("http://{}", listener.local_addr()?);
+        let requests = Arc::new(AtomicUsize::new(0));
+        let answer = format!(
+            "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let counted = requests.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let answer = answer.clone();
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 65_536 {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    counted.fetch_add(1, Ordering::Relaxed);
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        Ok(Self { server, requests })
+    }
+
+    /// Requests answered so far.
+    pub fn requests(&self) -> usize {
+        self.requests.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A kubeconfig of a cluster `name` at this server, a token inline.
+    pub fn kubeconfig(&self, name: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {server}\n\
+             users:\n- name: {name}-admin\n  user:\n    token: hostile-cluster-token\n\
+             contexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}-admin\n\
+             current-context: {name}\n",
+            server = self.server,
+        )
+    }
 }
