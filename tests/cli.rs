@@ -419,3 +419,156 @@ fn manifests_render_the_split_install_by_default_and_cheiron_run_on_request() ->
     assert!(stderr(&bogus).contains("is not a deployment mode (split or combined)"));
     Ok(())
 }
+
+/// Runs `cheiron` with `KUBECONFIG` set, no in-cluster environment and the default log level
+/// (`info`): what an operator sees.
+fn cheiron_at_info(args: &[&str], kubeconfig: &std::path::Path) -> std::io::Result<Output> {
+    Command::new(env!("CARGO_BIN_EXE_cheiron"))
+        .args(args)
+        .current_dir(root())
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env_remove("CHEIRON_LOG")
+        .env_remove("CHEIRON_LOG_FORMAT")
+        .stdin(Stdio::null())
+        .output()
+}
+
+#[test]
+fn node_agent_fails_in_exactly_one_line_when_it_cannot_install_the_plugin() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = crdless_cluster::kubeconfig(dir.path(), 8)?;
+    let state = dir.path().join("state");
+    let credentials = state.join("credentials.json");
+    let provider_config = dir.path().join("credential-providers.yaml");
+    std::fs::write(&provider_config, "apiVersion: kubelet.config.k8s.io/v1\n")?;
+    let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    let bin_dir = dir.path().join("missing/bin");
+    let args = |bin_dir: &str| {
+        [
+            "node-agent",
+            "--node-name",
+            "n1",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--credentials-file",
+            &path(&credentials),
+            "--install-provider-config",
+            &path(&provider_config),
+            "--install-bin-dir",
+            bin_dir,
+        ]
+        .map(str::to_owned)
+    };
+    // An operator's provider configuration: refused, in one line, no INFO line before it.
+    let refused = cheiron_at_info(
+        &args(&path(&bin_dir)).each_ref().map(String::as_str),
+        &kubeconfig,
+    )?;
+    assert_eq!(
+        stderr(&refused),
+        format!(
+            "cheiron: {} exists and was not written by cheiron; refusing to overwrite it (name \
+             another --install-provider-config, or merge the provider into it yourself: \
+             docs/node.md)\n",
+            provider_config.display()
+        )
+    );
+    assert!(!bin_dir.exists(), "a refusal changed nothing");
+    // A bin dir that cannot be created (its parent is a file): one line saying what to do.
+    std::fs::remove_file(&provider_config)?;
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "")?;
+    let blocked = file.join("bin");
+    let out = cheiron_at_info(
+        &args(&path(&blocked)).each_ref().map(String::as_str),
+        &kubeconfig,
+    )?;
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "cheiron: cannot create --install-bin-dir {} (create it, or name a writable \
+             directory): Not a directory (os error 20)\n",
+            blocked.display()
+        )
+    );
+    Ok(())
+}
+
+#[test]
+fn credential_provider_fails_in_exactly_one_line_without_quoting_the_request() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let credentials = dir.path().join("credentials.json");
+    let file = credentials.to_string_lossy().into_owned();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cheiron"))
+        .args(["credential-provider", "--credentials-file", &file])
+        .env_remove("CHEIRON_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    if let Some(mut pipe) = child.stdin.take() {
+        pipe.write_all(br#"{"serviceAccountToken": "eyJ-S3CRET-TOKEN"#)?;
+    }
+    let out = child.wait_with_output()?;
+    assert_eq!(
+        stderr(&out),
+        "cheiron: credential-provider request: not JSON (line 1, column 41)\n"
+    );
+    assert!(!stderr(&out).contains("S3CRET"));
+    assert_one_line_error(&out, "not JSON");
+    Ok(())
+}
+
+/// At the default log level, a start-up failure of the long-running commands is still exactly
+/// one line: no INFO line comes before it.
+#[test]
+fn controller_and_webhook_start_up_failures_are_one_line_at_the_default_log_level() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = crdless_cluster::kubeconfig(dir.path(), 8)?;
+    let controller = cheiron_at_info(
+        &["controller", "--admin-listen", "127.0.0.1:0"],
+        &kubeconfig,
+    )?;
+    assert_eq!(
+        stderr(&controller),
+        "cheiron: the cluster does not serve ImagePullSecretManager \
+         (cheiron.anny.co/v1alpha1): install the CRDs first, e.g. \
+         `cheiron crds | kubectl apply -f -`\n"
+    );
+    let missing = dir.path().join("no-such-dir");
+    let webhook = cheiron_at_info(
+        &[
+            "webhook",
+            "--from",
+            "examples/cluster",
+            "--tls-cert-dir",
+            &missing.to_string_lossy(),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ],
+        &kubeconfig,
+    )?;
+    assert_one_line_error(&webhook, &missing.to_string_lossy());
+    // Something else listening on the port: one line too.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = taken.local_addr()?.to_string();
+    let self_signed = cheiron_at_info(
+        &[
+            "webhook",
+            "--from",
+            "examples/cluster",
+            "--self-signed",
+            "--listen",
+            &port,
+            "--admin-listen",
+            "127.0.0.1:0",
+        ],
+        &kubeconfig,
+    )?;
+    assert_one_line_error(&self_signed, &port);
+    Ok(())
+}

@@ -384,6 +384,8 @@ impl ControllerCommand {
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let Self { admin, controller } = self;
         let client = paced_client().await?;
+        // Before the first log line: a cluster without the CRDs is one line on stderr.
+        crate::api::ensure_crds(&client).await?;
         let (admin_listen, metrics_access) = admin.resolve(Some(&client)).await?;
         let metrics = Arc::new(Metrics::new());
         let ready = Arc::new(ControllerReady::default());

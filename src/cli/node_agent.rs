@@ -145,7 +145,6 @@ impl NodeAgentArgs {
             credentials_file,
             kubelet_config_json,
             merge_state_file,
-            install,
             resync,
         };
         let (admin_listen, metrics_access) = admin.resolve(Some(&client)).await?;
@@ -155,11 +154,15 @@ impl NodeAgentArgs {
         let admin = AdminState::new(ready.clone(), Arc::new(metrics))
             .with_shutdown(shutdown.clone())
             .with_metrics_access(metrics_access);
-        let admin_server = tokio::spawn(
-            serve_admin(admin_listen, admin)
-                .await
-                .with_context(|| format!("cannot listen on {admin_listen}"))?,
-        );
+        let admin_server = serve_admin(admin_listen, admin)
+            .await
+            .with_context(|| format!("cannot listen on {admin_listen}"))?;
+        // Every start-up step that can fail comes before the first log line: a failure is
+        // one line on stderr.
+        if let Some(install) = &install {
+            install.apply()?;
+        }
+        let admin_server = tokio::spawn(admin_server);
         tracing::info!(%admin_listen, "node agent admin server listening");
         let result = agent::run(client, config, node_metrics, ready, shutdown.clone()).await;
         shutdown.cancel();

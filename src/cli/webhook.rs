@@ -358,7 +358,8 @@ impl WebhookArgs {
             (source, Some(client))
         } else {
             let source = FileSource::load(&from)?;
-            tracing::info!(paths = ?from, "static mode");
+            // Debug: an info line here would come before a start-up failure's one line.
+            tracing::debug!(paths = ?from, "static mode");
             (Arc::new(source), None)
         };
         serve

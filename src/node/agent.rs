@@ -44,7 +44,6 @@ use super::{
     atomic::{self, PRIVATE_MODE},
     config_json,
     credentials::{Login, NodeCredentials},
-    install::Install,
     metrics::NodeMetrics,
     report::{
         self, ManagerReport, NodeReport, REPORT_ANNOTATION, REPORT_LABEL, REPORT_LABEL_VALUE,
@@ -77,8 +76,6 @@ pub struct AgentConfig {
     pub kubelet_config_json: Option<PathBuf>,
     /// Where the merge is remembered.
     pub merge_state_file: PathBuf,
-    /// The credential-provider plugin and its configuration to install, if any.
-    pub install: Option<Install>,
     /// How often to sync without an event.
     pub resync: Duration,
 }
@@ -244,6 +241,7 @@ impl Agent {
         let credentials = NodeCredentials::new(given.iter().flat_map(|g| g.logins.iter().cloned()));
         let mut node_problem = self.write_credentials(&credentials).err();
         let mut conflicts: Vec<config_json::Conflict> = Vec::new();
+        let mut leftovers: Vec<String> = Vec::new();
         if node_problem.is_none()
             && let Some(config) = &self.config.kubelet_config_json
         {
@@ -252,10 +250,22 @@ impl Agent {
                 &self.config.merge_state_file,
                 &credentials.config_json_entries(),
             ) {
-                Ok(synced) => conflicts = synced.conflicts,
+                Ok(synced) => {
+                    conflicts = synced.conflicts;
+                    leftovers = synced.leftovers;
+                }
                 Err(e) => node_problem = Some(e.to_string()),
             }
+            if !leftovers.is_empty() {
+                // Keys only: the entries hold credentials.
+                tracing::warn!(
+                    file = %config.display(),
+                    registries = ?leftovers,
+                    "config.json entries still hold a credential cheiron wrote, but another tool changed them; remove them by hand (docs/node.md)"
+                );
+            }
         }
+        self.metrics.record_leftovers(leftovers.len());
         let mut managers_reported = Vec::with_capacity(selected.len());
         for (manager, given) in selected.iter().zip(&given) {
             let registries: Vec<String> = given.logins.iter().map(|l| l.key.clone()).collect();
@@ -288,6 +298,7 @@ impl Agent {
         self.report(NodeReport {
             node: self.config.node_name.clone(),
             managers: managers_reported,
+            config_json_leftovers: leftovers,
         })
         .await;
     }
@@ -481,9 +492,6 @@ pub async fn run(
     ready: Arc<crate::controller::ControllerReady>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    if let Some(install) = &config.install {
-        install.apply()?;
-    }
     let changed = Arc::new(Notify::new());
     let (managers, manager_writer) = reflector::store::<ClusterImagePullSecretManager>();
     let (nodes, node_writer) = reflector::store::<Node>();

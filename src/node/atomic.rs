@@ -3,6 +3,9 @@
 //! fsynced, given its mode, renamed over the target, and the directory fsynced. A crash at any
 //! step leaves the target as it was (or, after the rename, as it should be); the temporary file
 //! it may leave is replaced by the next write.
+//!
+//! A target that is a symbolic link is refused: the rename would replace the link with a regular
+//! file (leaving whatever it pointed to as it was, and the new content where the link was).
 
 use std::{
     fs::{self, File, OpenOptions, Permissions},
@@ -36,7 +39,25 @@ pub fn temporary_path(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.cheiron-tmp"))
 }
 
-/// Replaces `path` with `bytes`, mode `mode`, atomically.
+/// True when `path` is a symbolic link (not followed); `false` when it does not exist.
+pub fn is_link(path: &Path) -> io::Result<bool> {
+    match fs::symlink_metadata(path) {
+        Ok(m) => Ok(m.file_type().is_symlink()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The error [`write`] returns for a target that is a symbolic link.
+fn link_refused() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "a symbolic link; refusing to replace it (name the file itself)",
+    )
+}
+
+/// Replaces `path` with `bytes`, mode `mode`, atomically; refuses a `path` that is a symbolic
+/// link.
 pub fn write(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     write_with(path, bytes, mode, &mut |_| Ok(()))
 }
@@ -49,6 +70,9 @@ pub fn write_with(
     mode: u32,
     after: &mut dyn FnMut(Step) -> io::Result<()>,
 ) -> io::Result<()> {
+    if is_link(path)? {
+        return Err(link_refused());
+    }
     let temporary = temporary_path(path);
     match fs::remove_file(&temporary) {
         Ok(()) => {}
@@ -168,6 +192,26 @@ mod tests {
         assert_eq!(mode_of(&path)?, Some(0o600));
         write(&path, b"newer", 0o640)?;
         assert_eq!(mode_of(&path)?, Some(0o640));
+        Ok(())
+    }
+
+    #[test]
+    fn a_symbolic_link_is_never_replaced_nor_followed() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let target = dir.path().join("elsewhere");
+        fs::write(&target, b"the target")?;
+        fs::set_permissions(&target, Permissions::from_mode(0o644))?;
+        let link = dir.path().join("config.json");
+        std::os::unix::fs::symlink(&target, &link)?;
+        let refused = write(&link, b"secret", PRIVATE_MODE);
+        assert_eq!(
+            refused.map_err(|e| e.kind()),
+            Err(io::ErrorKind::InvalidInput)
+        );
+        assert!(is_link(&link)?);
+        assert_eq!(fs::read(&target)?, b"the target");
+        assert_eq!(mode_of(&target)?, Some(0o644));
+        assert!(!temporary_path(&link).exists());
         Ok(())
     }
 

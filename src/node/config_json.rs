@@ -13,8 +13,17 @@
 //!   the file as it was before cheiron's entries (byte for byte), the hash of what cheiron wrote
 //!   and the entries it added. While the file is what cheiron wrote, removing cheiron's entries
 //!   writes the recorded original back unchanged. When another tool changed the file since,
-//!   only the entries still exactly as cheiron wrote them are removed, and everything else,
-//!   including that tool's change, stays.
+//!   the entries still as cheiron wrote them are removed, compared as JSON values (another
+//!   tool re-serialising the file reorders members and changes whitespace), and everything
+//!   else, including that tool's change, stays; if what is left is the original as a JSON
+//!   value, the original is written back byte for byte.
+//! - **A credential left behind is reported, and the state kept until it is gone.** An entry
+//!   under a registry cheiron added that still holds one of cheiron's secrets (`password`,
+//!   `auth`, `identitytoken`, `registrytoken`) but is no longer cheiron's entry (another tool
+//!   edited it) cannot be removed safely: it is a [`Merge::leftovers`] key, and the state stays
+//!   (it names the secrets to look for) until the entry no longer holds them.
+//! - **Links are refused, the file is private.** A `config.json` (or state) that is a symbolic
+//!   link is refused and left alone; cheiron writes both files with mode 0600.
 //! - **Never a partial file.** Both files are written by [`super::atomic::write`]; the state is
 //!   written before the file it describes, and keeps the previous write's hash and entries, so a
 //!   crash between the two steps leaves a pair the next run reads correctly.
@@ -64,6 +73,20 @@ pub struct MergeState {
     pub original: Option<String>,
     /// The last writes, newest first (at most two).
     pub writes: Vec<Written>,
+    /// Entries cheiron added whose secrets the file still holds under an entry another tool
+    /// changed: kept until the file no longer holds them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leftover: Vec<AddedEntry>,
+}
+
+impl MergeState {
+    /// Every entry cheiron added that the state remembers: the writes', then the leftovers.
+    fn ours(&self) -> impl Iterator<Item = &AddedEntry> {
+        self.writes
+            .iter()
+            .flat_map(|w| &w.added)
+            .chain(&self.leftover)
+    }
 }
 
 impl fmt::Debug for MergeState {
@@ -75,13 +98,14 @@ impl fmt::Debug for MergeState {
             .collect();
         write!(
             f,
-            "MergeState(original: {}, writes: {}, added: {keys:?})",
+            "MergeState(original: {}, writes: {}, added: {keys:?}, leftover: {:?})",
             if self.original.is_some() {
                 "file"
             } else {
                 "none"
             },
-            self.writes.len()
+            self.writes.len(),
+            self.leftover.iter().map(|a| &a.key).collect::<Vec<_>>()
         )
     }
 }
@@ -106,6 +130,9 @@ pub struct Merge {
     pub added: Vec<String>,
     /// Registries left to the file's own entries.
     pub conflicts: Vec<Conflict>,
+    /// Keys of entries that still hold a secret cheiron wrote but that another tool changed,
+    /// so cheiron cannot remove them (the state is kept while there are any).
+    pub leftovers: Vec<String>,
 }
 
 /// Why a file cannot be merged into. Describes structure, never content.
@@ -118,6 +145,15 @@ pub enum MergeError {
         what: &'static str,
         /// Where and what is wrong.
         problem: String,
+    },
+    /// The file is a symbolic link: replacing it would put the credentials in a new file where
+    /// the link was, and following it would write them wherever it points.
+    #[error(
+        "{path} is a symbolic link; refusing to read or replace it (name the file itself, not a link to it)"
+    )]
+    Link {
+        /// The link.
+        path: String,
     },
     /// Reading or writing failed.
     #[error("{what}: {source}")]
@@ -263,22 +299,89 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// `current` without the entries `state` says cheiron added and that are still exactly as
-/// written; `current` itself, byte for byte, when there are none.
-fn without_ours(current: &[u8], state: &MergeState) -> Result<Vec<u8>, MergeError> {
+/// `text` as a JSON value (`None`: not JSON). Objects compare without regard to member order.
+fn json_value(text: &[u8]) -> Option<serde_json::Value> {
+    serde_json::from_slice(text).ok()
+}
+
+/// True when `a` and `b` are the same JSON value: what a tool re-serialising a file (member
+/// order, whitespace, escapes) does not change.
+fn same_json(a: &[u8], b: &[u8]) -> bool {
+    matches!((json_value(a), json_value(b)), (Some(a), Some(b)) if a == b)
+}
+
+/// The members of a docker config entry that are secrets.
+const SECRET_MEMBERS: [&str; 4] = ["password", "auth", "identitytoken", "registrytoken"];
+
+/// True when `entry` holds, anywhere, a string equal to one of the secrets of `ours`.
+fn holds_secret_of(entry: &RawValue, ours: &AddedEntry) -> bool {
+    let Some(serde_json::Value::Object(written)) = json_value(ours.entry.as_bytes()) else {
+        return false;
+    };
+    let secrets: Vec<&str> = SECRET_MEMBERS
+        .iter()
+        .filter_map(|m| written.get(*m).and_then(serde_json::Value::as_str))
+        .filter(|s| !s.is_empty())
+        .collect();
+    fn any_string(value: &serde_json::Value, found: &dyn Fn(&str) -> bool) -> bool {
+        match value {
+            serde_json::Value::String(s) => found(s),
+            serde_json::Value::Array(items) => items.iter().any(|v| any_string(v, found)),
+            serde_json::Value::Object(members) => members.values().any(|v| any_string(v, found)),
+            _ => false,
+        }
+    }
+    json_value(entry.get().as_bytes()).is_some_and(|v| any_string(&v, &|s| secrets.contains(&s)))
+}
+
+/// The entries cheiron added (`state`) whose secrets `file` still holds under the same
+/// registry: what removal could not take out.
+fn leftovers_in(file: Option<&[u8]>, state: &MergeState) -> Result<Vec<AddedEntry>, MergeError> {
+    let Some(file) = file else {
+        return Ok(Vec::new());
+    };
+    let config = ConfigJson::parse(file)?;
+    let mut out: Vec<AddedEntry> = Vec::new();
+    for ours in state.ours() {
+        let registry = RegistryKey::parse(&ours.key);
+        let held = config.auths.iter().any(|(key, entry)| {
+            RegistryKey::parse(key).same_registry(&registry) && holds_secret_of(entry, ours)
+        });
+        if held && !out.contains(ours) {
+            out.push(ours.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// `current` without the entries `state` says cheiron added and that are still as written
+/// (the same JSON value, under the same registry); `current` itself, byte for byte, when
+/// there are none. When what is left is `state`'s original as a JSON value, the original, byte
+/// for byte (`None`: there was no file and what is left is an empty config).
+fn without_ours(current: &[u8], state: &MergeState) -> Result<Option<Vec<u8>>, MergeError> {
     let mut config = ConfigJson::parse(current)?;
     let before = config.auths.len();
     config.auths.retain(|(key, entry)| {
-        !state
-            .writes
-            .iter()
-            .flat_map(|w| &w.added)
-            .any(|a| a.key == *key && a.entry == entry.get())
+        let registry = RegistryKey::parse(key);
+        !state.ours().any(|a| {
+            RegistryKey::parse(&a.key).same_registry(&registry)
+                && same_json(a.entry.as_bytes(), entry.get().as_bytes())
+        })
     });
     if config.auths.len() == before {
-        return Ok(current.to_vec());
+        return Ok(Some(current.to_vec()));
     }
-    Ok(config.to_bytes())
+    let left = config.to_bytes();
+    // The original as cheiron's merge reads it (an absent file, or one without `auths`, has
+    // an empty `auths`), so that only what another tool's serialiser changes is ignored.
+    let original = match &state.original {
+        Some(text) => ConfigJson::parse(text.as_bytes())?.to_bytes(),
+        None => ConfigJson::empty().to_bytes(),
+    };
+    if same_json(&left, &original) {
+        return Ok(state.original.clone().map(String::into_bytes));
+    }
+    Ok(Some(left))
 }
 
 /// Decides the file's content for `desired` (registry key → entry JSON text): cheiron's entries
@@ -293,15 +396,26 @@ pub fn plan(
         (Some(s), Some(c)) if s.writes.iter().any(|w| w.sha256 == sha256_hex(c)) => {
             s.original.clone().map(String::into_bytes)
         }
-        (Some(s), Some(c)) => Some(without_ours(c, s)?),
+        (Some(s), Some(c)) => without_ours(c, s)?,
         (_, None) => None,
         (None, Some(c)) => Some(c.to_vec()),
     };
+    let leftover = match state {
+        Some(s) => leftovers_in(base.as_deref(), s)?,
+        None => Vec::new(),
+    };
+    let leftovers: Vec<String> = leftover.iter().map(|a| a.key.clone()).collect();
+    // Nothing of cheiron's to add: the state stays only while a leftover needs it.
+    let kept_state = state.filter(|_| !leftover.is_empty()).map(|s| MergeState {
+        leftover: leftover.clone(),
+        ..s.clone()
+    });
     let unchanged = |conflicts| Merge {
         content: base.clone(),
-        state: None,
+        state: kept_state.clone(),
         added: Vec::new(),
         conflicts,
+        leftovers: leftovers.clone(),
     };
     if desired.is_empty() {
         return Ok(unchanged(Vec::new()));
@@ -367,9 +481,14 @@ pub fn plan(
     }
     Ok(Merge {
         content: Some(content),
-        state: Some(MergeState { original, writes }),
+        state: Some(MergeState {
+            original,
+            writes,
+            leftover,
+        }),
         added: added.into_iter().map(|a| a.key).collect(),
         conflicts,
+        leftovers,
     })
 }
 
@@ -391,6 +510,9 @@ pub struct Synced {
     pub conflicts: Vec<Conflict>,
     /// Whether the file was rewritten.
     pub changed: bool,
+    /// Registries whose entry still holds a secret cheiron wrote, changed by another tool
+    /// ([`Merge::leftovers`]).
+    pub leftovers: Vec<String>,
 }
 
 /// Brings `config` (the kubelet's config.json) in step with `desired`, remembering the merge
@@ -411,6 +533,13 @@ pub fn sync_with(
     after: &mut dyn FnMut(SyncStep) -> io::Result<()>,
 ) -> Result<Synced, MergeError> {
     let io = |what: String| move |source| MergeError::Io { what, source };
+    for path in [config, state_file] {
+        if atomic::is_link(path).map_err(io(format!("reading {}", path.display())))? {
+            return Err(MergeError::Link {
+                path: path.display().to_string(),
+            });
+        }
+    }
     let current = atomic::read(config).map_err(io(format!("reading {}", config.display())))?;
     let state =
         match atomic::read(state_file).map_err(io(format!("reading {}", state_file.display())))? {
@@ -438,16 +567,18 @@ pub fn sync_with(
         source: e,
     };
     after(SyncStep::StateWritten).map_err(stop)?;
-    let changed = merge.content != current;
+    // A file holding cheiron's entries is rewritten when its mode is not private (a file
+    // written before cheiron wrote 0600, or chmod-ed since).
+    let exposed = merge.state.is_some()
+        && atomic::mode_of(config)
+            .map_err(io(format!("reading {}", config.display())))?
+            .is_some_and(|mode| mode != PRIVATE_MODE);
+    let changed = merge.content != current || exposed;
     if changed {
         match &merge.content {
-            Some(bytes) => {
-                let mode = atomic::mode_of(config)
-                    .map_err(io(format!("reading {}", config.display())))?
-                    .unwrap_or(PRIVATE_MODE);
-                atomic::write(config, bytes, mode)
-                    .map_err(io(format!("writing {}", config.display())))?;
-            }
+            // Private whatever the file's mode was: it holds credentials.
+            Some(bytes) => atomic::write(config, bytes, PRIVATE_MODE)
+                .map_err(io(format!("writing {}", config.display())))?,
             None => atomic::remove(config).map_err(io(format!("removing {}", config.display())))?,
         }
     }
@@ -459,6 +590,7 @@ pub fn sync_with(
         added: merge.added,
         conflicts: merge.conflicts,
         changed,
+        leftovers: merge.leftovers,
     })
 }
 

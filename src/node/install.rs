@@ -7,7 +7,11 @@
 //!
 //! A configuration file that cheiron did not write (it lacks [`MARKER`]) is never overwritten.
 
-use std::{path::PathBuf, time::Duration};
+use std::{
+    os::unix::fs::DirBuilderExt,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use anyhow::{Context, bail};
 
@@ -66,20 +70,30 @@ impl Install {
     }
 
     /// Installs the running binary as the plugin and writes the configuration, each only when
-    /// it differs; refuses a configuration file cheiron did not write.
+    /// it differs; refuses a configuration file cheiron did not write. Creates the bin
+    /// directory and the configuration's directory when they are missing (mode 0755, as the
+    /// kubelet's own directories): the kubelet reads both only once pointed at them.
     pub fn apply(&self) -> anyhow::Result<()> {
         let text = self.config_text();
         let current = atomic::read(&self.config)
             .with_context(|| format!("reading {}", self.config.display()))?;
-        match current {
-            Some(bytes) if bytes == text.as_bytes() => {}
+        let write_config = match current {
+            Some(bytes) if bytes == text.as_bytes() => false,
             Some(bytes) if !bytes.starts_with(MARKER.as_bytes()) => bail!(
                 "{} exists and was not written by cheiron; refusing to overwrite it (name another \
                  --install-provider-config, or merge the provider into it yourself: docs/node.md)",
                 self.config.display()
             ),
-            _ => atomic::write(&self.config, text.as_bytes(), 0o644)
-                .with_context(|| format!("writing {}", self.config.display()))?,
+            _ => true,
+        };
+        // Only once nothing is refused: a refusal changes nothing.
+        create_directory(&self.bin_dir, "--install-bin-dir")?;
+        if let Some(parent) = self.config.parent().filter(|p| !p.as_os_str().is_empty()) {
+            create_directory(parent, "the directory of --install-provider-config")?;
+        }
+        if write_config {
+            atomic::write(&self.config, text.as_bytes(), 0o644)
+                .with_context(|| format!("writing {}", self.config.display()))?;
         }
         let me = std::env::current_exe().context("finding the running cheiron binary")?;
         let binary = std::fs::read(&me).with_context(|| format!("reading {}", me.display()))?;
@@ -97,6 +111,20 @@ impl Install {
         );
         Ok(())
     }
+}
+
+/// Creates `dir` and its missing parents, mode 0755; says which flag names it when that fails.
+fn create_directory(dir: &Path, flag: &str) -> anyhow::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)
+        .with_context(|| {
+            format!(
+                "cannot create {flag} {} (create it, or name a writable directory)",
+                dir.display()
+            )
+        })
 }
 
 #[cfg(test)]
@@ -146,16 +174,50 @@ mod tests {
     }
 
     #[test]
+    fn missing_directories_are_created() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let mut install = install(dir.path());
+        install.bin_dir = dir.path().join("not/yet/bin");
+        install.config = dir.path().join("etc/kubelet/credential-providers.yaml");
+        install.apply()?;
+        assert!(install.bin_dir.join(PLUGIN_NAME).is_file());
+        assert_eq!(
+            std::fs::read_to_string(&install.config)?,
+            install.config_text()
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_bin_dir_that_cannot_be_created_is_one_clear_error() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let mut install = install(dir.path());
+        std::fs::write(dir.path().join("a-file"), b"")?;
+        install.bin_dir = dir.path().join("a-file/bin");
+        let error = install.apply().map_err(|e| format!("{e:#}"));
+        let message = error.err().unwrap_or_default();
+        assert!(
+            message.starts_with(&format!(
+                "cannot create --install-bin-dir {} (create it, or name a writable directory): ",
+                install.bin_dir.display()
+            )),
+            "{message}"
+        );
+        assert!(!install.config.exists());
+        Ok(())
+    }
+
+    #[test]
     fn an_operator_s_configuration_is_never_overwritten() -> anyhow::Result<()> {
         let dir = tempfile::tempdir()?;
         let install = install(dir.path());
-        std::fs::create_dir_all(&install.bin_dir)?;
         std::fs::write(
             &install.config,
             "apiVersion: kubelet.config.k8s.io/v1\n# mine\n",
         )?;
         let refused = install.apply();
         assert!(refused.is_err());
+        assert!(!install.bin_dir.exists(), "a refusal created the bin dir");
         assert_eq!(
             std::fs::read_to_string(&install.config)?,
             "apiVersion: kubelet.config.k8s.io/v1\n# mine\n"

@@ -26,6 +26,10 @@ pub struct NodeMetrics {
     /// `cheiron_node_last_synced_timestamp_seconds`: when a pass last ended with every
     /// manager synced, in seconds since the Unix epoch (0: never).
     pub last_synced: Gauge,
+    /// `cheiron_node_config_json_leftovers`: entries of the kubelet's config.json that still
+    /// hold a credential cheiron wrote but that another tool changed, so cheiron could not
+    /// remove them (docs/node.md).
+    pub config_json_leftovers: Gauge,
 }
 
 impl NodeMetrics {
@@ -49,6 +53,11 @@ impl NodeMetrics {
             Unit::Seconds,
             out.last_synced.clone(),
         );
+        registry.register(
+            "node_config_json_leftovers",
+            "Entries of the kubelet's config.json holding a credential cheiron wrote that another tool changed, so cheiron could not remove them",
+            out.config_json_leftovers.clone(),
+        );
         out
     }
 
@@ -65,6 +74,12 @@ impl NodeMetrics {
             self.last_synced.set(now);
         }
     }
+
+    /// Records how many config.json entries cheiron could not remove.
+    pub fn record_leftovers(&self, leftovers: usize) {
+        self.config_json_leftovers
+            .set(i64::try_from(leftovers).unwrap_or(i64::MAX));
+    }
 }
 
 #[cfg(test)]
@@ -77,12 +92,14 @@ mod tests {
         let node = NodeMetrics::register(&mut metrics);
         node.record(2, true, 1_000);
         node.record(3, false, 2_000);
+        node.record_leftovers(1);
         let text = metrics.encode().expect("encode");
         for line in [
             "cheiron_node_sync_total{result=\"synced\"} 1",
             "cheiron_node_sync_total{result=\"failed\"} 1",
             "cheiron_node_managers 3",
             "cheiron_node_last_synced_timestamp_seconds 1000",
+            "cheiron_node_config_json_leftovers 1",
         ] {
             assert!(text.contains(line), "{line} not in\n{text}");
         }

@@ -61,6 +61,10 @@ pub struct NodeReport {
     /// One entry per manager selecting the node.
     #[serde(default)]
     pub managers: Vec<ManagerReport>,
+    /// Registry keys of the kubelet's config.json whose entry still holds a credential cheiron
+    /// wrote, changed by another tool so cheiron could not remove it (never a value).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub config_json_leftovers: Vec<String>,
 }
 
 /// How one node applies one manager.
@@ -249,6 +253,7 @@ mod tests {
             NodeReport {
                 node: node.to_owned(),
                 managers: vec![entry],
+                config_json_leftovers: Vec::new(),
             },
         )
     }

@@ -238,11 +238,9 @@ pub async fn run(
     // Stops the reloader when serving ends, whichever way.
     let reloading = CancellationToken::new();
     let _stop_reloading = reloading.clone().drop_guard();
+    let self_signed = matches!(tls, TlsSource::SelfSigned);
     let certificate = match tls {
-        TlsSource::SelfSigned => {
-            tracing::info!("serving a self-signed certificate for localhost");
-            Arc::new(CertResolver::self_signed()?)
-        }
+        TlsSource::SelfSigned => Arc::new(CertResolver::self_signed()?),
         TlsSource::Dir(dir) => {
             let (certificate, reloader) = CertDir::new(dir).load().await?;
             tokio::spawn(reloader.run(RELOAD_PERIOD, reloading));
@@ -253,7 +251,8 @@ pub async fn run(
         webhook: bind(listen).await?,
         admin: bind(admin_listen).await?,
     };
-    tracing::info!(%listen, %admin_listen, not_after = certificate.not_after(), "webhook serving");
+    // The first info line, once nothing at start-up can fail: a failure is one line.
+    tracing::info!(%listen, %admin_listen, not_after = certificate.not_after(), self_signed, "webhook serving");
     serve(
         listeners,
         certificate,

@@ -113,6 +113,52 @@ fn others_of(bytes: &[u8]) -> Vec<(String, String)> {
     }
 }
 
+/// `value` as another tool would write it back: the same JSON value, members in sorted or
+/// reversed order, compact or indented by `indent`.
+fn reserialise(value: &serde_json::Value, reverse: bool, indent: Option<&str>) -> String {
+    fn write(
+        v: &serde_json::Value,
+        reverse: bool,
+        indent: Option<&str>,
+        depth: usize,
+        out: &mut String,
+    ) {
+        let newline = |out: &mut String, depth: usize| {
+            if let Some(unit) = indent {
+                out.push('\n');
+                out.push_str(&unit.repeat(depth));
+            }
+        };
+        match v {
+            serde_json::Value::Object(members) => {
+                let mut members: Vec<_> = members.iter().collect();
+                if reverse {
+                    members.reverse();
+                }
+                out.push('{');
+                for (i, (key, value)) in members.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    newline(out, depth + 1);
+                    out.push_str(&quote(key));
+                    out.push_str(if indent.is_some() { ": " } else { ":" });
+                    write(value, reverse, indent, depth + 1, out);
+                }
+                if !members.is_empty() {
+                    newline(out, depth);
+                }
+                out.push('}');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(value, reverse, indent, 0, &mut out);
+    out.push('\n');
+    out
+}
+
 fn plan_ok(
     current: Option<&[u8]>,
     state: Option<&MergeState>,
@@ -135,6 +181,76 @@ proptest! {
         let removed = plan_ok(rotated.content.as_deref(), rotated.state.as_ref(), &[])?;
         prop_assert_eq!(&removed.content, &original);
         prop_assert!(removed.state.is_none());
+    }
+
+    /// Another tool read the file and wrote it back: the same JSON value, members reordered,
+    /// other whitespace. Removal still takes cheiron's entries out, and gives the original back
+    /// byte for byte; the state goes only then.
+    #[test]
+    fn removal_after_another_tool_re_serialised_the_file_restores_the_original(
+        original in original_file(),
+        desired in desired(),
+        reverse in any::<bool>(),
+        indent in prop::sample::select(vec![None, Some("  "), Some("\t"), Some("    ")]),
+    ) {
+        let original = original.map(String::into_bytes);
+        let merged = plan_ok(original.as_deref(), None, &desired)?;
+        let Some(content) = merged.content.clone() else { return Ok(()) };
+        prop_assume!(merged.state.is_some());
+        let value: serde_json::Value = serde_json::from_slice(&content)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let rewritten = reserialise(&value, reverse, indent);
+        prop_assert!(same_json(rewritten.as_bytes(), &content));
+        let removed = plan_ok(Some(rewritten.as_bytes()), merged.state.as_ref(), &[])?;
+        prop_assert_eq!(&removed.content, &original);
+        prop_assert!(removed.state.is_none());
+        prop_assert!(removed.leftovers.is_empty());
+    }
+
+    /// Another tool re-serialised the file and also changed cheiron's entries (one more
+    /// member): they cannot be removed, so they are reported and the state kept; once the
+    /// entries are gone, the state goes too.
+    #[test]
+    fn an_entry_another_tool_changed_is_reported_and_the_state_kept_until_it_is_gone(
+        original in original_file(),
+        desired in desired(),
+        reverse in any::<bool>(),
+    ) {
+        let original = original.map(String::into_bytes);
+        let merged = plan_ok(original.as_deref(), None, &desired)?;
+        let Some(content) = merged.content.clone() else { return Ok(()) };
+        prop_assume!(!merged.added.is_empty());
+        let mut value: serde_json::Value = serde_json::from_slice(&content)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        for key in &merged.added {
+            if let Some(serde_json::Value::Object(entry)) = value["auths"].get_mut(key) {
+                entry.insert("email".to_owned(), serde_json::json!("ops@example.com"));
+            }
+        }
+        let edited = reserialise(&value, reverse, Some("  "));
+        let removed = plan_ok(Some(edited.as_bytes()), merged.state.as_ref(), &[])?;
+        let mut leftovers = removed.leftovers.clone();
+        leftovers.sort();
+        let mut added = merged.added.clone();
+        added.sort();
+        prop_assert_eq!(leftovers, added);
+        prop_assert!(removed.state.is_some(), "the state went while a credential is left");
+        // The next pass says the same, and keeps the state.
+        let again = plan_ok(removed.content.as_deref(), removed.state.as_ref(), &[])?;
+        prop_assert_eq!(&again.leftovers, &removed.leftovers);
+        prop_assert_eq!(&again.state, &removed.state);
+        // Someone removes the entries: the state goes.
+        if let Some(auths) = value["auths"].as_object_mut() {
+            for key in &merged.added {
+                auths.remove(key);
+            }
+        }
+        let cleaned = reserialise(&value, reverse, None);
+        let cleared = plan_ok(Some(cleaned.as_bytes()), again.state.as_ref(), &[])?;
+        prop_assert!(cleared.leftovers.is_empty());
+        prop_assert!(cleared.state.is_none());
+        let left = auths_of(cleared.content.as_deref().unwrap_or_default());
+        prop_assert!(!left.iter().any(|(k, _)| merged.added.contains(k)));
     }
 
     #[test]
@@ -303,29 +419,157 @@ fn a_crash_between_the_state_and_the_file_is_recovered_by_the_next_run() -> Resu
 }
 
 #[test]
-fn the_state_is_private_and_the_file_keeps_its_mode() -> Result<(), Box<dyn std::error::Error>> {
+fn both_files_are_private_even_when_the_config_was_readable_by_all()
+-> Result<(), Box<dyn std::error::Error>> {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("config.json");
     let state = dir.path().join("state");
+    let desired = [("quay.io".to_owned(), cheiron_entry("u", "NODE-S3CRET"))];
     std::fs::write(&config, "{}")?;
-    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o640))?;
-    let synced = sync(
-        &config,
-        &state,
-        &[("quay.io".to_owned(), cheiron_entry("u", "p"))],
-    )?;
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644))?;
+    let synced = sync(&config, &state, &desired)?;
     assert!(synced.changed);
-    assert_eq!(atomic::mode_of(&config)?, Some(0o640));
+    assert_eq!(atomic::mode_of(&config)?, Some(0o600));
     assert_eq!(atomic::mode_of(&state)?, Some(0o600));
-    let again = sync(
-        &config,
-        &state,
-        &[("quay.io".to_owned(), cheiron_entry("u", "p"))],
-    )?;
+    let again = sync(&config, &state, &desired)?;
     assert!(
         !again.changed,
         "an unchanged desire does not rewrite the file"
     );
+    // A file holding cheiron's entries made readable again (an older cheiron kept the
+    // file's mode) is made private again, even with nothing else to change.
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644))?;
+    let exposed = sync(&config, &state, &desired)?;
+    assert!(exposed.changed);
+    assert_eq!(atomic::mode_of(&config)?, Some(0o600));
+    Ok(())
+}
+
+#[test]
+fn a_config_json_that_is_a_symbolic_link_is_refused_and_its_target_untouched()
+-> Result<(), Box<dyn std::error::Error>> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir()?;
+    let target = dir.path().join("real-config.json");
+    let original = "{\"auths\": {\"quay.io\": {\"auth\": \"eDp5\"}}}";
+    std::fs::write(&target, original)?;
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644))?;
+    let config = dir.path().join("config.json");
+    std::os::unix::fs::symlink(&target, &config)?;
+    let state = dir.path().join("state");
+    let desired = [("ghcr.io".to_owned(), cheiron_entry("u", "NODE-S3CRET"))];
+    match sync(&config, &state, &desired) {
+        Err(MergeError::Link { path }) => assert_eq!(path, config.display().to_string()),
+        other => panic!("a link was not refused: {other:?}"),
+    }
+    let message = sync(&config, &state, &desired)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(message.contains("is a symbolic link"), "{message}");
+    assert!(!message.contains("NODE-S3CRET"), "{message}");
+    assert!(std::fs::symlink_metadata(&config)?.file_type().is_symlink());
+    assert_eq!(std::fs::read_to_string(&target)?, original);
+    assert_eq!(atomic::mode_of(&target)?, Some(0o644));
+    assert!(!state.exists());
+    // A merge state that is a link is refused too.
+    std::fs::remove_file(&config)?;
+    std::fs::write(&config, original)?;
+    std::os::unix::fs::symlink(&target, &state)?;
+    assert!(matches!(
+        sync(&config, &state, &desired),
+        Err(MergeError::Link { .. })
+    ));
+    assert_eq!(std::fs::read_to_string(&config)?, original);
+    Ok(())
+}
+
+/// The case: the kubelet's config.json re-serialised by another tool (same entries,
+/// other order and whitespace), then the manager deleted.
+#[test]
+fn a_re_serialised_config_json_loses_cheiron_s_credential_on_removal()
+-> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("config.json");
+    let state = dir.path().join("state");
+    let original = "{\"auths\":{\"quay.io\":{\"auth\":\"eDp5\"}},\"credsStore\":\"x\"}\n";
+    std::fs::write(&config, original)?;
+    let desired = [(
+        "registry.example.com".to_owned(),
+        cheiron_entry("node", "NODE-S3CRET"),
+    )];
+    sync(&config, &state, &desired)?;
+    let value: serde_json::Value = serde_json::from_slice(&std::fs::read(&config)?)?;
+    std::fs::write(&config, reserialise(&value, true, Some("\t")))?;
+    let removed = sync(&config, &state, &[])?;
+    assert!(removed.leftovers.is_empty());
+    let now = std::fs::read_to_string(&config)?;
+    assert!(!now.contains("NODE-S3CRET"), "{now}");
+    assert_eq!(now, original);
+    assert!(!state.exists());
+    Ok(())
+}
+
+/// Another tool edited cheiron's entry (the password kept): the entry stays, reported by key
+/// (never its value), and so does the state, until the entry is gone.
+#[test]
+fn an_edited_entry_is_a_leftover_until_it_is_removed() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("config.json");
+    let state = dir.path().join("state");
+    let desired = [(
+        "registry.example.com".to_owned(),
+        cheiron_entry("node", "NODE-S3CRET"),
+    )];
+    sync(&config, &state, &desired)?;
+    let mut value: serde_json::Value = serde_json::from_slice(&std::fs::read(&config)?)?;
+    value["auths"]["registry.example.com"]["username"] = serde_json::json!("renamed");
+    std::fs::write(&config, value.to_string())?;
+    let removed = sync(&config, &state, &[])?;
+    assert_eq!(removed.leftovers, ["registry.example.com"]);
+    assert!(!format!("{removed:?}").contains("NODE-S3CRET"));
+    assert!(
+        state.exists(),
+        "the state went while the credential is left"
+    );
+    let again = sync(&config, &state, &[])?;
+    assert_eq!(again.leftovers, ["registry.example.com"]);
+    assert!(!again.changed);
+    // While the entry is there, a manager selecting the node again finds it in the way.
+    let back = sync(&config, &state, &desired)?;
+    assert_eq!(back.leftovers, ["registry.example.com"]);
+    assert_eq!(back.conflicts.len(), 1);
+    // The operator removes it: the state goes.
+    sync(&config, &state, &[])?;
+    std::fs::write(&config, "{\"auths\": {}}")?;
+    let cleared = sync(&config, &state, &[])?;
+    assert!(cleared.leftovers.is_empty());
+    assert!(!state.exists());
+    Ok(())
+}
+
+/// Another tool replaced cheiron's credential under the same key with one of its own: nothing
+/// of cheiron's is left, the entry is that tool's, and the state goes.
+#[test]
+fn an_entry_whose_secrets_were_all_replaced_is_not_a_leftover()
+-> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("config.json");
+    let state = dir.path().join("state");
+    let desired = [(
+        "registry.example.com".to_owned(),
+        cheiron_entry("node", "NODE-S3CRET"),
+    )];
+    sync(&config, &state, &desired)?;
+    let theirs = format!(
+        "{{\"auths\": {{\"registry.example.com\": {}}}}}",
+        cheiron_entry("other", "THEIRS")
+    );
+    std::fs::write(&config, &theirs)?;
+    let removed = sync(&config, &state, &[])?;
+    assert!(removed.leftovers.is_empty());
+    assert_eq!(std::fs::read_to_string(&config)?, theirs);
+    assert!(!state.exists());
     Ok(())
 }
