@@ -1230,6 +1230,14 @@ providers:
                 ],
                 "everywhere",
             ),
+            (
+                vec!["node.enabled=true", "node.secretNamespaces={platform}"],
+                "node.secretNamespaces and node.secretNames are gone",
+            ),
+            (
+                vec!["node.enabled=true", "node.secretNames={registry-pull}"],
+                "the agents read no source Secret",
+            ),
         ] {
             let output = run_helm(&template_args(&values))?;
             let stderr = String::from_utf8_lossy(&output.stderr);
@@ -1557,7 +1565,6 @@ mod cluster {
         let objects = Install {
             node_agent: Some(NodeAgentSetup {
                 namespace: Some(node_namespace.clone()),
-                ..NodeAgentSetup::default()
             }),
             ..Install::default()
         }
@@ -2707,7 +2714,7 @@ mod alerts {
 mod node_agent {
     //! The chart's opt-in node agent (docs/node.md): nothing by default; when enabled, a
     //! DaemonSet with the agent's flags and host paths, and RBAC that reads Secrets only in the
-    //! named namespaces, by name.
+    //! node namespace (the node credentials the controller writes there).
 
     use super::*;
 
@@ -2715,10 +2722,10 @@ mod node_agent {
     /// The node namespace of a release in [`NAMESPACE`].
     const NODE_NAMESPACE: &str = "cheiron-system-node";
 
-    /// `cheiron manifests --node [--node-secret-namespace NS]...` renders what the chart's
-    /// `node.enabled=true [node.secretNamespaces={NS,...}]` does: the same RBAC, object for
-    /// object, and the same DaemonSet, in both deployment modes; without `--node`, nothing of
-    /// the agent (the committed webhook-config/ is checked for that by the drift tests).
+    /// `cheiron manifests --node` renders what the chart's `node.enabled=true` does: the same
+    /// RBAC, object for object, and the same DaemonSet, in both deployment modes; without
+    /// `--node`, nothing of the agent (the committed webhook-config/ is checked for that by the
+    /// drift tests).
     #[test]
     fn manifests_node_renders_the_charts_node_agent_in_both_modes() -> Result {
         use cheiron::install::{DeploymentMode, Install, NodeAgentSetup};
@@ -2727,24 +2734,16 @@ mod node_agent {
 
         use cheiron::install::MetricsAuth;
 
-        for (secret_namespaces, metrics_auth, values) in [
-            (vec![], MetricsAuth::None, vec!["node.enabled=true"]),
+        for (metrics_auth, values) in [
+            (MetricsAuth::None, vec!["node.enabled=true"]),
             (
-                vec!["node-credentials".to_owned(), "more".to_owned()],
                 MetricsAuth::Kubernetes,
-                vec![
-                    "node.enabled=true",
-                    "node.secretNamespaces={node-credentials,more}",
-                    "metrics.auth=kubernetes",
-                ],
+                vec!["node.enabled=true", "metrics.auth=kubernetes"],
             ),
         ] {
             let install = Install {
                 metrics_auth,
-                node_agent: Some(NodeAgentSetup {
-                    namespace: None,
-                    secret_namespaces: secret_namespaces.clone(),
-                }),
+                node_agent: Some(NodeAgentSetup { namespace: None }),
                 ..Install::default()
             };
             for (mode, extra) in [
@@ -2837,12 +2836,7 @@ mod node_agent {
                     .filter(|o| o["kind"] == "Role" && o["metadata"]["name"] == NAME)
                     .filter_map(|o| o["metadata"]["namespace"].as_str())
                     .collect();
-                let expected: Vec<&str> = if secret_namespaces.is_empty() {
-                    vec![NODE_NAMESPACE]
-                } else {
-                    secret_namespaces.iter().map(String::as_str).collect()
-                };
-                assert_eq!(namespaces, expected, "{mode}");
+                assert_eq!(namespaces, [NODE_NAMESPACE], "{mode}");
             }
         }
         let plain = plain_objects()?;
@@ -2850,27 +2844,6 @@ mod node_agent {
             !plain.iter().any(|o| o["metadata"]["name"] == NAME
                 || o["metadata"]["name"] == "cheiron-node-agent-report"),
             "the default plain manifests hold no node agent"
-        );
-        Ok(())
-    }
-
-    #[test]
-    fn secret_names_narrow_the_agents_secret_role_to_those_names() -> Result {
-        let objects = render(&[
-            "node.enabled=true",
-            "node.secretNamespaces={node-credentials}",
-            "node.secretNames={registry-pull,quay-token}",
-        ])?;
-        let role = find(&objects, "Role", NAME)?;
-        assert_eq!(role["metadata"]["namespace"], "node-credentials");
-        assert_eq!(
-            role["rules"],
-            serde_json::json!([{
-                "apiGroups": [""],
-                "resources": ["secrets"],
-                "verbs": ["get", "list", "watch"],
-                "resourceNames": ["registry-pull", "quay-token"],
-            }])
         );
         Ok(())
     }
@@ -2888,12 +2861,11 @@ mod node_agent {
     }
 
     #[test]
-    fn enabled_it_runs_everywhere_with_its_paths_and_reads_secrets_only_where_named() -> Result {
+    fn enabled_it_runs_everywhere_with_its_paths_and_reads_only_its_node_namespace() -> Result {
         let objects = render(&[
             "node.enabled=true",
             "node.kubeletConfigJson=/var/lib/kubelet/config.json",
             "node.credentialProvider.install=true",
-            "node.secretNamespaces={node-credentials}",
         ])?;
         let daemon_set = find(&objects, "DaemonSet", NAME)?;
         let pod = &daemon_set["spec"]["template"]["spec"];
@@ -2972,7 +2944,7 @@ mod node_agent {
         );
         assert_eq!(pod["tolerations"][0]["operator"], "Exists");
 
-        // Secrets: `get` only, in the named namespace only.
+        // Secrets: read only, in the node namespace only (the node credentials).
         let secret_rules: Vec<(&str, &Value)> = objects
             .iter()
             .filter(|o| matches!(o["kind"].as_str(), Some("Role" | "ClusterRole")))
@@ -2993,20 +2965,10 @@ mod node_agent {
             .collect();
         assert_eq!(
             secret_rules,
-            [(
-                "node-credentials",
-                &serde_json::json!(["get", "list", "watch"])
-            )]
-        );
-        assert!(
-            objects
-                .iter()
-                .filter(|o| o["kind"] == "Role" && o["metadata"]["name"] == NAME)
-                .all(|o| o["rules"][0].get("resourceNames").is_none()),
-            "without node.secretNames, any Secret of the namespace"
+            [(NODE_NAMESPACE, &serde_json::json!(["get", "list", "watch"]))]
         );
         let binding = find(&objects, "RoleBinding", NAME)?;
-        assert_eq!(binding["metadata"]["namespace"], "node-credentials");
+        assert_eq!(binding["metadata"]["namespace"], NODE_NAMESPACE);
         assert_eq!(binding["subjects"][0]["name"], NAME);
 
         // Its report Lease in the node namespace; no write on any manager; nothing of the agent
@@ -3036,6 +2998,14 @@ mod node_agent {
             writes.is_empty(),
             "the agent writes no cluster-wide object: {writes:?}"
         );
+        // It reads no manager: a cluster manager may hold an inline password.
+        let cluster_resources: Vec<&Value> = cluster["rules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|r| r["resources"].as_array().into_iter().flatten())
+            .collect();
+        assert_eq!(cluster_resources, [&serde_json::json!("nodes")]);
         assert_eq!(
             container["env"][1]["valueFrom"]["fieldRef"]["fieldPath"],
             "metadata.namespace"

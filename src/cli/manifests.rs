@@ -69,10 +69,6 @@ pub struct ManifestsArgs {
     /// `<--namespace>-node`.
     #[arg(long, value_name = "NS", requires = "node", value_parser = parse_namespace)]
     node_namespace: Option<String>,
-    /// With --node: a namespace whose Secrets the agents may read (the sources of mode Node
-    /// managers); repeat for more. Default: the node namespace.
-    #[arg(long = "node-secret-namespace", value_name = "NS", requires = "node", value_parser = parse_namespace)]
-    node_secret_namespaces: Vec<String>,
 }
 
 /// How the plain manifests set up credential-provider plugins for the controller
@@ -198,7 +194,6 @@ impl ManifestsArgs {
             fleet_namespace,
             node,
             node_namespace,
-            node_secret_namespaces,
         } = self;
         let files = Install {
             namespace,
@@ -210,7 +205,6 @@ impl ManifestsArgs {
             }),
             node_agent: node.then_some(NodeAgentSetup {
                 namespace: node_namespace,
-                secret_namespaces: node_secret_namespaces,
             }),
         }
         .files_for(deployment)?;
@@ -284,7 +278,6 @@ mod tests {
             fleet_namespace: Vec::new(),
             node: false,
             node_namespace: None,
-            node_secret_namespaces: Vec::new(),
         }
         .run(&mut out)?;
         let text = String::from_utf8(out)?;
@@ -317,7 +310,6 @@ mod tests {
             fleet_namespace: Vec::new(),
             node: false,
             node_namespace: None,
-            node_secret_namespaces: Vec::new(),
         };
         let error = args(true)
             .run(&mut Vec::new())

@@ -52,6 +52,9 @@ pub struct Context {
     pub(super) credentials: CredentialProviders,
     /// The workload clusters, when `--fleet` is on (only the management cluster's context).
     pub(super) fleet: Option<Arc<super::fleet::Fleet>>,
+    /// The node namespace: where mode Node managers' credentials are handed to the node
+    /// agents (controller/node_credentials.rs), and where their reports are.
+    pub(super) node_namespace: String,
     failures: Mutex<HashMap<String, u32>>,
     clashes: Mutex<HashSet<(String, String)>>,
 }
@@ -83,6 +86,7 @@ impl Context {
             secrets,
             service_accounts,
         } = caches;
+        let node_namespace = client.default_namespace().to_owned();
         Self {
             sources: SourceWatches::new(client.clone(), triggers.clone(), max_source_watches),
             client,
@@ -98,6 +102,7 @@ impl Context {
             scopes: Scopes::default(),
             credentials: CredentialProviders::new(Default::default(), None, None),
             fleet: None,
+            node_namespace,
             failures: Mutex::default(),
             clashes: Mutex::default(),
         }
@@ -106,6 +111,12 @@ impl Context {
     /// The context with these credential providers (none by default).
     pub(super) fn with_credentials(mut self, credentials: CredentialProviders) -> Self {
         self.credentials = credentials;
+        self
+    }
+
+    /// The context with this node namespace (docs/node.md).
+    pub(super) fn with_node_namespace(mut self, namespace: String) -> Self {
+        self.node_namespace = namespace;
         self
     }
 

@@ -30,6 +30,7 @@ mod kinds;
 mod leader;
 pub mod missing_secrets;
 mod namespaces;
+mod node_credentials;
 pub(crate) mod node_status;
 pub mod pace;
 mod plan;
@@ -194,6 +195,7 @@ pub async fn run(
     };
     let recorder =
         events::EventPublisher::new(client.clone(), reporter.clone(), events::MAX_CACHED_EVENTS);
+    let node_reporter = reporter.clone();
     let credentials =
         CredentialProviders::new(credentials, Some(client.clone()), Some(metrics.clone()));
     {
@@ -212,7 +214,10 @@ pub async fn run(
         resync,
         max_source_watches,
     )
-    .with_credentials(credentials);
+    .with_credentials(credentials)
+    .with_node_namespace(
+        node_report_namespace.unwrap_or_else(|| client.default_namespace().to_owned()),
+    );
     let (ctx, _stop_fleet) = if fleet.enabled {
         let fleet = Arc::new(fleet::Fleet::new(
             client.clone(),
@@ -233,7 +238,8 @@ pub async fn run(
     let node_status = tokio::spawn(node_status::keep(
         client.clone(),
         ctx.cluster.clone(),
-        node_report_namespace.unwrap_or_else(|| client.default_namespace().to_owned()),
+        ctx.node_namespace.clone(),
+        node_reporter,
     ));
     let _stop_node_status = AbortOnDrop(node_status.abort_handle());
     let routing = tokio::spawn(triggers::route(client, routing));

@@ -5,13 +5,17 @@
 //! ```text
 //!   idle until a mode Node manager exists, then watch:
 //!     Nodes (metadata only) ─┐
-//!     report Leases (the node namespace, by label) ─┼─► every tick, if anything changed
-//!     the managers (uid, generation) ─┘                  (or every PERIOD): summarize, and
-//!                                                        merge-patch what differs
+//!     report Leases (the node namespace, by label) ─┤
+//!     node credentials (the node namespace, by label) ─┼─► every tick, if anything changed
+//!     the managers (uid, generation) ─┘                  (or every PERIOD): summarize,
+//!                                                        merge-patch what differs, and
+//!                                                        delete stale node credentials
 //! ```
 //!
 //! The controller is the only writer of these fields; the reconcile leaves them out of its
-//! own patch ([`FIELDS`]). Source Secrets are read by metadata only (their `resourceVersion`).
+//! own patch ([`FIELDS`]). A node counts as synced when it reports the `resourceVersion` of
+//! the manager's current node credentials Secret (node/bundle.rs), watched here by metadata
+//! only; a bundle whose manager is gone or left mode Node is deleted here.
 
 use std::{
     collections::HashMap,
@@ -23,12 +27,21 @@ use std::{
 };
 
 use futures::StreamExt;
-use k8s_openapi::api::{coordination::v1::Lease, core::v1::Node};
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{Node, ObjectReference, Secret},
+};
 use kube::{
     Api, Client, ResourceExt,
     api::{Patch, PatchParams},
     core::PartialObjectMeta,
-    runtime::{WatchStreamExt, reflector, reflector::Store, watcher},
+    runtime::{
+        WatchStreamExt,
+        events::{Event, EventType, Recorder, Reporter},
+        reflector,
+        reflector::Store,
+        watcher,
+    },
 };
 use serde_json::{Value, json};
 
@@ -36,6 +49,7 @@ use super::plan::FIELD_MANAGER;
 use crate::{
     api::{ClusterImagePullSecretManager, Mode},
     message,
+    node::bundle::{BUNDLE_LABEL, BUNDLE_LABEL_VALUE},
     node::report::{
         self, MAX_NODE_ENTRIES, NodeReport, REPORT_ANNOTATION, REPORT_LABEL, REPORT_LABEL_VALUE,
     },
@@ -63,6 +77,7 @@ pub async fn keep(
     client: Client,
     managers: Store<ClusterImagePullSecretManager>,
     namespace: String,
+    reporter: Reporter,
 ) {
     // Nothing is watched in a cluster that does not use mode Node.
     while !managers.state().iter().any(|m| m.spec.mode == Mode::Node) {
@@ -82,6 +97,18 @@ pub async fn keep(
     .touched_objects()
     .map(|r| r.map(|_| ()))
     .boxed();
+    let (bundles, bundle_writer) = reflector::store::<PartialObjectMeta<Secret>>();
+    let watch_bundles = reflector(
+        bundle_writer,
+        watcher(
+            Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), &namespace),
+            watcher::Config::default().labels(&format!("{BUNDLE_LABEL}={BUNDLE_LABEL_VALUE}")),
+        )
+        .default_backoff(),
+    )
+    .touched_objects()
+    .map(|r| r.map(|_| ()))
+    .boxed();
     let watch_leases = reflector(
         lease_writer,
         watcher(
@@ -94,7 +121,11 @@ pub async fn keep(
     .map(|r| r.map(|_| ()))
     .boxed();
     let mut tasks = Vec::new();
-    for (stream, what) in [(watch_nodes, "nodes"), (watch_leases, "node reports")] {
+    for (stream, what) in [
+        (watch_nodes, "nodes"),
+        (watch_leases, "node reports"),
+        (watch_bundles, "node credentials"),
+    ] {
         let changed = changed.clone();
         tasks.push(AbortOnDrop(tokio::spawn(stream.for_each(move |event| {
             if let Err(e) = event {
@@ -112,10 +143,16 @@ pub async fn keep(
         tracing::warn!(error = %e, "node report watch ended");
         return;
     }
+    if let Err(e) = bundles.wait_until_ready().await {
+        tracing::warn!(error = %e, "node credentials watch ended");
+        return;
+    }
     tracing::info!(namespace, "node status started");
     let mut seen: Vec<(String, Option<i64>)> = Vec::new();
     let mut last_full = Instant::now();
     let mut written: HashMap<String, Value> = HashMap::new();
+    let recorder = Recorder::new(client.clone(), reporter);
+    let mut announced: HashMap<String, Vec<String>> = HashMap::new();
     loop {
         let all = managers.state();
         let mut now_seen: Vec<(String, Option<i64>)> = all
@@ -128,14 +165,33 @@ pub async fn keep(
             seen = now_seen;
             last_full = Instant::now();
             let reports = reports(&leases.state());
+            for (node, keys) in leftovers_to_announce(&reports, &mut announced) {
+                let uid = nodes
+                    .state()
+                    .iter()
+                    .find(|n| n.name_any() == node)
+                    .and_then(|n| n.uid());
+                announce_leftovers(&recorder, &node, uid, &keys).await;
+            }
             let node_labels: Vec<(String, std::collections::BTreeMap<String, String>)> = nodes
                 .state()
                 .iter()
                 .map(|n| (n.name_any(), n.labels().clone()))
                 .collect();
+            let versions = bundle_versions(&bundles.state());
             for manager in &all {
-                write(&client, manager, &node_labels, &reports, &mut written).await;
+                let version = versions.get(&manager.uid().unwrap_or_default());
+                write(
+                    &client,
+                    manager,
+                    &node_labels,
+                    &reports,
+                    version.map(String::as_str),
+                    &mut written,
+                )
+                .await;
             }
+            remove_stale(&client, &namespace, &all, &bundles.state()).await;
             let live: Vec<String> = all.iter().map(|m| m.uid().unwrap_or_default()).collect();
             written.retain(|uid, _| live.contains(uid));
         }
@@ -160,37 +216,105 @@ fn reports(leases: &[Arc<Lease>]) -> HashMap<String, NodeReport> {
         .collect()
 }
 
-/// The manager's current sources fingerprint, `None` when a source cannot be read.
-async fn fingerprint(client: &Client, manager: &ClusterImagePullSecretManager) -> Option<String> {
-    let keys = report::source_keys(manager);
-    let mut sources = Vec::with_capacity(keys.len());
-    for (namespace, name) in keys {
-        let api: Api<k8s_openapi::api::core::v1::Secret> =
-            Api::namespaced(client.clone(), &namespace);
-        match api.get_metadata_opt(&name).await {
-            Ok(found) => {
-                let version = found.and_then(|s| s.metadata.resource_version);
-                sources.push((namespace, name, version));
-            }
-            Err(e) => {
-                tracing::debug!(namespace, name, error = %message::api_error(&e), "cannot read a source's version");
-                return None;
-            }
+/// The nodes whose config.json leftovers (node/config_json.rs) are new since the last call, and
+/// those leftovers; `announced` remembers what was announced (a node whose leftovers are gone
+/// is forgotten, so a new leftover there is announced again).
+fn leftovers_to_announce(
+    reports: &HashMap<String, NodeReport>,
+    announced: &mut HashMap<String, Vec<String>>,
+) -> Vec<(String, Vec<String>)> {
+    announced.retain(|node, _| {
+        reports
+            .get(node)
+            .is_some_and(|r| !r.config_json_leftovers.is_empty())
+    });
+    let mut out: Vec<(String, Vec<String>)> = reports
+        .values()
+        .filter(|r| !r.config_json_leftovers.is_empty())
+        .filter(|r| announced.get(&r.node) != Some(&r.config_json_leftovers))
+        .map(|r| (r.node.clone(), r.config_json_leftovers.clone()))
+        .collect();
+    out.sort();
+    for (node, keys) in &out {
+        announced.insert(node.clone(), keys.clone());
+    }
+    out
+}
+
+/// A Warning Event on the Node: its kubelet's config.json still holds a credential cheiron
+/// wrote, in entries another tool changed (registry keys only, never a value).
+async fn announce_leftovers(recorder: &Recorder, node: &str, uid: Option<String>, keys: &[String]) {
+    let mut listed = keys.iter().take(16).cloned().collect::<Vec<_>>().join(", ");
+    if keys.len() > 16 {
+        listed.push_str(&format!(" and {} more", keys.len() - 16));
+    }
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "ConfigJsonLeftover".to_owned(),
+        note: Some(format!(
+            "the kubelet's config.json on this node still holds a credential cheiron wrote, under \
+             {listed}: another tool changed those entries, so cheiron left them; remove them by \
+             hand (docs/node.md, \"When another tool edits config.json\")"
+        )),
+        action: "RestoreConfigJson".to_owned(),
+        secondary: None,
+    };
+    let reference = ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Node".to_owned()),
+        name: Some(node.to_owned()),
+        uid,
+        ..ObjectReference::default()
+    };
+    if let Err(e) = recorder.publish(&event, &reference).await {
+        tracing::warn!(node, error = %message::api_error(&e), "cannot publish the config.json leftover Event");
+    }
+}
+
+/// The `resourceVersion` of each manager's node credentials, by manager uid (the owner).
+fn bundle_versions(bundles: &[Arc<PartialObjectMeta<Secret>>]) -> HashMap<String, String> {
+    bundles
+        .iter()
+        .filter_map(|b| {
+            let owner = b.owner_references().first()?.uid.clone();
+            Some((owner, b.resource_version()?))
+        })
+        .collect()
+}
+
+/// The node credentials whose manager is gone, or no longer in mode Node: deleted (their
+/// owner reference lets the garbage collector do it too, but only when the manager goes).
+async fn remove_stale(
+    client: &Client,
+    namespace: &str,
+    managers: &[Arc<ClusterImagePullSecretManager>],
+    bundles: &[Arc<PartialObjectMeta<Secret>>],
+) {
+    for bundle in bundles {
+        let Some(owner) = bundle.owner_references().first() else {
+            continue;
+        };
+        let wanted = managers.iter().any(|m| {
+            m.uid().as_deref() == Some(owner.uid.as_str())
+                && m.spec.mode == Mode::Node
+                && m.metadata.deletion_timestamp.is_none()
+        });
+        if !wanted
+            && let Some(issue) =
+                super::node_credentials::remove(client, namespace, &owner.name, &owner.uid).await
+        {
+            tracing::warn!(error = %issue, "cannot delete stale node credentials");
         }
     }
-    Some(report::sources_fingerprint(
-        manager.metadata.generation,
-        &sources,
-    ))
 }
 
 /// The node fields of `manager`'s status as they should be (`null` for a manager not in mode
 /// Node, so that a merge patch clears them).
-async fn wanted(
-    client: &Client,
+fn wanted(
     manager: &ClusterImagePullSecretManager,
     nodes: &[(String, std::collections::BTreeMap<String, String>)],
     reports: &HashMap<String, NodeReport>,
+    version: Option<&str>,
 ) -> Value {
     if manager.spec.mode != Mode::Node || manager.metadata.deletion_timestamp.is_some() {
         return json!({
@@ -198,12 +322,11 @@ async fn wanted(
             "nodes": null, "nodesOmitted": null,
         });
     }
-    let fingerprint = fingerprint(client, manager).await;
     let summary = report::summarize(
         manager,
         nodes.iter().map(|(n, l)| (n.as_str(), l)),
         reports,
-        fingerprint.as_deref(),
+        version,
         MAX_NODE_ENTRIES,
     );
     let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
@@ -236,9 +359,10 @@ async fn write(
     manager: &ClusterImagePullSecretManager,
     nodes: &[(String, std::collections::BTreeMap<String, String>)],
     reports: &HashMap<String, NodeReport>,
+    version: Option<&str>,
     written: &mut HashMap<String, Value>,
 ) {
-    let mut next = wanted(client, manager, nodes, reports).await;
+    let mut next = wanted(manager, nodes, reports, version);
     if let Some(list) = next.get_mut("nodes")
         && list.as_array().is_some_and(Vec::is_empty)
     {
@@ -322,6 +446,40 @@ mod tests {
         let reports = reports(&leases);
         assert_eq!(reports.len(), 1);
         assert!(reports["a"].managers.is_empty());
+    }
+
+    #[test]
+    fn each_new_set_of_config_json_leftovers_is_announced_once() {
+        let report = |node: &str, keys: &[&str]| {
+            (
+                node.to_owned(),
+                NodeReport {
+                    node: node.to_owned(),
+                    config_json_leftovers: keys.iter().map(|k| (*k).to_owned()).collect(),
+                    ..NodeReport::default()
+                },
+            )
+        };
+        let mut announced = HashMap::new();
+        let reports: HashMap<String, NodeReport> =
+            [report("a", &["quay.io"]), report("b", &[])].into();
+        assert_eq!(
+            leftovers_to_announce(&reports, &mut announced),
+            [("a".to_owned(), vec!["quay.io".to_owned()])]
+        );
+        // The same again: nothing new.
+        assert!(leftovers_to_announce(&reports, &mut announced).is_empty());
+        // Another key on a, one on b: both announced.
+        let reports: HashMap<String, NodeReport> = [
+            report("a", &["quay.io", "ghcr.io"]),
+            report("b", &["docker.io"]),
+        ]
+        .into();
+        assert_eq!(leftovers_to_announce(&reports, &mut announced).len(), 2);
+        // Gone, then back: announced again.
+        let gone: HashMap<String, NodeReport> = [report("a", &[]), report("b", &[])].into();
+        assert!(leftovers_to_announce(&gone, &mut announced).is_empty());
+        assert_eq!(leftovers_to_announce(&reports, &mut announced).len(), 2);
     }
 
     #[test]

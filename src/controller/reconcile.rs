@@ -26,6 +26,7 @@ use super::{
     error::{ControllerError, Issue, IssueKind},
     fleet::{Fleet, Health, Role, Workload},
     kinds::ManagerObject,
+    node_credentials,
     plan::FIELD_MANAGER,
     plan::{self, SecretMetadata, Stale, belongs_to},
     provided,
@@ -143,7 +144,14 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         &report,
     )
     .await;
-    let (plan, issues) = (here.plan, here.issues);
+    let (plan, mut issues) = (here.plan, here.issues);
+    // Mode Node: the node agents get the credentials from the node namespace, never from the
+    // manager or its sources (controller/node_credentials.rs).
+    if let Some(cluster_manager) = manager.as_cluster()
+        && node_credentials::wants_bundle(cluster_manager)
+    {
+        issues.extend(node_credentials::publish(ctx, cluster_manager, &owner, &fetched).await);
+    }
     let (clusters, cluster_retry) = match (ctx.fleet.as_ref(), manager.as_cluster()) {
         (Some(fleet), Some(cluster_manager)) => {
             let synced =
@@ -713,6 +721,11 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
         .collect();
     let report = ServiceAccountReport::default();
     let mut failures = remove(ctx, &id, &names, &stale, &others, &report).await;
+    if manager.as_cluster().is_some() {
+        failures.extend(
+            node_credentials::remove(&ctx.client, &ctx.node_namespace, &id.name, &uid).await,
+        );
+    }
     if let (Some(fleet), Some(cluster_manager)) = (ctx.fleet.as_ref(), manager.as_cluster()) {
         let left = cleanup_fleet(fleet, cluster_manager, &report).await;
         let waited = manager.meta().deletion_timestamp.as_ref().map_or(0, |t| {

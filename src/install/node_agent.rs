@@ -3,10 +3,10 @@
 //! `cheiron node-agent` on every node and its identity, all in a namespace of their own (the
 //! node namespace, `<cheiron's namespace>-node` by default, Pod Security `privileged`: the
 //! agent needs root and host paths) that holds nothing of the controller's. Its narrow RBAC:
-//! read Nodes and the cluster managers, write report Leases in the node namespace only (a
-//! ValidatingAdmissionPolicy holds each agent to its own node's Lease), read and watch
-//! Secrets by name in the namespaces named (the node namespace by default). No right at all
-//! in cheiron's namespace: not its CA key, not the controller's leader Lease.
+//! read Nodes, write report Leases in the node namespace only (a ValidatingAdmissionPolicy
+//! holds each agent to its own node's Lease), read and watch the Secrets of the node namespace
+//! (the node credentials the controller writes there). No manager, no source Secret, and no
+//! right at all in cheiron's namespace: not its CA key, not the controller's leader Lease.
 //! `tests/install.rs` fails when the chart and this drift apart.
 
 use serde_json::{Value, json};
@@ -31,14 +31,13 @@ pub const NODE_NAMESPACE_SUFFIX: &str = "-node";
 pub const STATE_DIR: &str = "/var/lib/cheiron";
 const COMPONENT: &str = "node-agent";
 
-/// What `--node` installs: where the agents run and whose Secrets they may read.
+/// What `--node` installs: where the agents run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeAgentSetup {
-    /// The chart's `node.namespace`: the agents' namespace, of their ServiceAccount and their
-    /// report Leases (none: cheiron's namespace and [`NODE_NAMESPACE_SUFFIX`]).
+    /// The chart's `node.namespace`: the agents' namespace, of their ServiceAccount, their
+    /// report Leases and the node credentials (none: cheiron's namespace and
+    /// [`NODE_NAMESPACE_SUFFIX`]).
     pub namespace: Option<String>,
-    /// The chart's `node.secretNamespaces` (none: the node namespace).
-    pub secret_namespaces: Vec<String>,
 }
 
 impl NodeAgentSetup {
@@ -93,26 +92,12 @@ impl Install {
             rbac::node_agent_report_rules(),
         )?);
         objects.extend(node.own_report_only());
-        let namespaces = if setup.secret_namespaces.is_empty() {
-            vec![node_namespace]
-        } else {
-            setup.secret_namespaces.clone()
-        };
-        for namespace in namespaces {
-            let in_namespace = Install {
-                namespace,
-                ..node.clone()
-            };
-            let [role, mut binding] = in_namespace.namespace_access(
-                NODE_AGENT,
-                COMPONENT,
-                NODE_AGENT,
-                rbac::node_agent_secret_rules(),
-            )?;
-            // The subject is the agent's ServiceAccount, in the node namespace.
-            binding["subjects"][0]["namespace"] = json!(node.namespace);
-            objects.extend([role, binding]);
-        }
+        objects.extend(node.namespace_access(
+            NODE_AGENT,
+            COMPONENT,
+            NODE_AGENT,
+            rbac::node_agent_secret_rules(),
+        )?);
         objects.push(node.node_agent_daemon_set());
         objects.push(node.node_agent_network_policy());
         Ok(objects)
@@ -330,7 +315,6 @@ mod tests {
         assert_eq!(secret_roles[0]["metadata"]["namespace"], node.as_str());
         let named = NodeAgentSetup {
             namespace: Some("agents".to_owned()),
-            secret_namespaces: vec![],
         };
         assert_eq!(named.namespace_of("cheiron"), "agents");
     }

@@ -63,7 +63,8 @@ pub fn webhook_rules() -> Vec<PolicyRule> {
 /// - mode Node (docs/node.md): Nodes watched (metadata: their labels) and the node agents'
 ///   report Leases watched (by label, in the node namespace, `--node-namespace`; a
 ///   ClusterRole cannot narrow `list`/`watch` to one namespace, and a Lease holds no secret),
-///   only once a mode Node manager exists.
+///   only once a mode Node manager exists; the node credentials of each mode Node manager
+///   written there (a Secret, with the Secret rights above).
 pub fn controller_rules() -> Vec<PolicyRule> {
     vec![
         rule(GROUP, &MANAGERS, &["list", "watch", "patch"]),
@@ -89,17 +90,11 @@ pub fn controller_rules() -> Vec<PolicyRule> {
     ]
 }
 
-/// The node agent (docs/node.md), cluster-wide: its Node's labels (a `metadata.name` field
-/// selector; RBAC cannot name a DaemonSet Pod's own Node) and the cluster managers, read only.
+/// The node agent (docs/node.md), cluster-wide: its Node's labels only (a `metadata.name`
+/// field selector; RBAC cannot name a DaemonSet Pod's own Node). No manager: a cluster manager
+/// may hold an inline password; the controller hands the agent what it needs.
 pub fn node_agent_rules() -> Vec<PolicyRule> {
-    vec![
-        rule("", &["nodes"], &["get", "list", "watch"]),
-        rule(
-            GROUP,
-            &["clusterimagepullsecretmanagers"],
-            &["get", "list", "watch"],
-        ),
-    ]
+    vec![rule("", &["nodes"], &["get", "list", "watch"])]
 }
 
 /// The node agent's report Lease (`cheiron-node-<node>`) in the node namespace (never
@@ -114,8 +109,8 @@ pub fn node_agent_report_rules() -> Vec<PolicyRule> {
     )]
 }
 
-/// The sources of mode Node managers, in one namespace: each read by name and watched by a
-/// `metadata.name` field selector.
+/// The node credentials the controller writes in the node namespace (one Secret per mode Node
+/// manager, controller/node_credentials.rs), listed and watched by label.
 pub fn node_agent_secret_rules() -> Vec<PolicyRule> {
     vec![rule("", &["secrets"], &["get", "list", "watch"])]
 }

@@ -2,18 +2,19 @@
 //! `ClusterImagePullSecretManager`s in mode `Node` whose `nodeSelector` selects the node.
 //!
 //! ```text
-//!   watch: the managers, this Node ──► sync (on every change, and every --resync)
-//!     1. the Node managers selecting this node, oldest first
-//!     2. their source Secrets, read one by one by name (nothing else is read)
-//!     3. one credentials file (on two managers for one registry, the older wins)
-//!     4. optionally, the kubelet's config.json merge (config_json::sync)
-//!     5. this node's report Lease (report.rs), by server-side apply, when it changed;
+//!   watch: the node credentials of the node namespace (bundle.rs), this Node
+//!            ──► sync (on every change, and every --resync)
+//!     1. the bundles selecting this node, their managers oldest first
+//!     2. one credentials file (on two managers for one registry, the older wins)
+//!     3. optionally, the kubelet's config.json merge (config_json::sync)
+//!     4. this node's report Lease (report.rs), by server-side apply, when it changed;
 //!        the controller sums the reports up in each manager's status
 //! ```
 //!
-//! A manager whose sources cannot be read keeps the credentials it gave last (as the
-//! controller keeps existing copies), and its node entry says why. Nothing a status or a log
-//! holds is a credential.
+//! The agent reads no manager and no source Secret: the controller hands it each mode Node
+//! manager's credentials, already resolved (controller/node_credentials.rs). A manager whose
+//! sources cannot be read keeps the credentials it gave last (the controller keeps them in the
+//! bundle), and its node entry says why. Nothing a status or a log holds is a credential.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -42,6 +43,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     atomic::{self, PRIVATE_MODE},
+    bundle::{BUNDLE_LABEL, BUNDLE_LABEL_VALUE, Bundle},
     config_json,
     credentials::{Login, NodeCredentials},
     metrics::NodeMetrics,
@@ -49,18 +51,14 @@ use super::{
         self, ManagerReport, NodeReport, REPORT_ANNOTATION, REPORT_LABEL, REPORT_LABEL_VALUE,
     },
 };
-use crate::{
-    api::{ClusterImagePullSecretManager, Mode, label},
-    controller::{Fetched, Provided, SourceKey, desired_with, source_key},
-    message,
-};
+use crate::{api::label, message};
 
 /// Longest `status.nodes[].message`.
 pub const MAX_NODE_MESSAGE: usize = 512;
 /// Most conflicts listed in one node entry.
 pub const MAX_NODE_CONFLICTS: usize = 16;
-/// Default of `--resync`: how often sources are read again without a watch event (a
-/// rotated source Secret reaches the node within this time).
+/// Default of `--resync`: how often the node's files are written again without a watch event
+/// (a file changed by hand is put back within this time; a rotation comes through the watch).
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(60);
 
 /// What one agent looks after.
@@ -80,33 +78,20 @@ pub struct AgentConfig {
     pub resync: Duration,
 }
 
-/// The Node managers selecting a node with `labels`, oldest first (then by name).
-pub fn selecting(
-    managers: &[Arc<ClusterImagePullSecretManager>],
-    labels: &BTreeMap<String, String>,
-) -> Vec<Arc<ClusterImagePullSecretManager>> {
-    let mut out: Vec<Arc<ClusterImagePullSecretManager>> = managers
+/// The bundles selecting a node with `labels`, their managers oldest first (then by name).
+pub fn selecting(bundles: &[Bundle], labels: &BTreeMap<String, String>) -> Vec<Bundle> {
+    let mut out: Vec<Bundle> = bundles
         .iter()
-        .filter(|m| m.spec.mode == Mode::Node && m.metadata.deletion_timestamp.is_none())
-        .filter(|m| {
-            m.spec
-                .node_selector
-                .clone()
-                .and_then(|s| Selector::try_from(s).ok())
-                .is_some_and(|s| s.matches(labels))
+        .filter(|b| {
+            Selector::try_from(b.meta.node_selector.clone()).is_ok_and(|s| s.matches(labels))
         })
         .cloned()
         .collect();
     out.sort_by(|a, b| {
-        let created = |m: &ClusterImagePullSecretManager| {
-            m.metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0.as_second())
-        };
-        created(a)
-            .cmp(&created(b))
-            .then_with(|| a.name_any().cmp(&b.name_any()))
+        a.meta
+            .created
+            .cmp(&b.meta.created)
+            .then_with(|| a.meta.manager.cmp(&b.meta.manager))
     });
     out
 }
@@ -115,129 +100,53 @@ pub fn selecting(
 #[derive(Clone, Debug)]
 struct Given {
     logins: Vec<Login>,
-    /// Why the last read failed (the logins are those of the last good read).
+    /// Why the node does not hold the manager's current credentials (the logins are then the
+    /// last good ones).
     problem: Option<String>,
-    /// The sources' fingerprint of the last good read (report.rs).
-    sources: Option<String>,
 }
 
 /// The agent's memory between syncs.
 struct Agent {
     client: Client,
     config: AgentConfig,
-    /// By manager uid: the last good credentials, and their sources' fingerprint.
-    last_good: HashMap<String, (Vec<Login>, String)>,
+    /// By manager uid: the last good credentials.
+    last_good: HashMap<String, Vec<Login>>,
     /// The report last written to the node's Lease.
     reported: Option<NodeReport>,
-    /// A watch on each source Secret the selected managers name.
-    sources: SourceWatches,
     /// `/metrics`.
     metrics: NodeMetrics,
 }
 
 impl Agent {
-    /// The sources, and each one's `resourceVersion` (for the fingerprint).
-    async fn fetch(
-        &self,
-        keys: &[SourceKey],
-    ) -> Result<(HashMap<SourceKey, Fetched>, Versions), String> {
-        let mut out = HashMap::new();
-        let mut versions = Vec::with_capacity(keys.len());
-        for (namespace, name) in keys {
-            let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
-            let fetched = match api.get_opt(name).await {
-                Ok(None) => {
-                    versions.push((namespace.clone(), name.clone(), None));
-                    Fetched::Missing
-                }
-                Ok(Some(secret)) => {
-                    versions.push((
-                        namespace.clone(),
-                        name.clone(),
-                        secret.metadata.resource_version,
-                    ));
-                    Fetched::Present {
-                        secret_type: secret.type_,
-                        data: secret.data.unwrap_or_default(),
-                    }
-                }
-                Err(e) => {
-                    return Err(format!(
-                        "reading Secret {namespace}/{name}: {}",
-                        message::api_error(&e)
-                    ));
-                }
-            };
-            out.insert((namespace.clone(), name.clone()), fetched);
-        }
-        Ok((out, versions))
-    }
-
-    async fn read(&mut self, manager: &ClusterImagePullSecretManager) -> Given {
-        let uid = manager.uid().unwrap_or_default();
-        let keys = super::report::source_keys(manager);
-        let fresh = match self.fetch(&keys).await {
-            Err(problem) => Err(problem),
-            Ok((fetched, versions)) => {
-                let fingerprint =
-                    report::sources_fingerprint(manager.metadata.generation, &versions);
-                let desired = desired_with(
-                    &manager.spec.secrets,
-                    Some("node"),
-                    None,
-                    &fetched,
-                    &Provided::new(),
-                );
-                let problems: Vec<String> = desired.problems.iter().map(|p| p.message()).collect();
-                match desired.secrets.first().and_then(|s| s.content.as_ref()) {
-                    Some(content) if problems.is_empty() => NodeCredentials::parse(content)
-                        .map(|c| (c.logins().to_vec(), fingerprint))
-                        .map_err(|e| e.to_string()),
-                    _ => Err(problems.join("; ")),
-                }
-            }
+    fn read(&mut self, bundle: &Bundle) -> Given {
+        let uid = &bundle.meta.uid;
+        let parsed = match &bundle.content {
+            None => Err("the controller has no credentials for this manager yet".to_owned()),
+            Some(content) => NodeCredentials::parse(content)
+                .map(|c| c.logins().to_vec())
+                .map_err(|e| e.to_string()),
         };
-        match fresh {
-            Ok((logins, fingerprint)) => {
-                self.last_good
-                    .insert(uid, (logins.clone(), fingerprint.clone()));
+        match parsed {
+            Ok(logins) => {
+                self.last_good.insert(uid.clone(), logins.clone());
                 Given {
                     logins,
-                    problem: None,
-                    sources: Some(fingerprint),
+                    problem: bundle.meta.problem.clone(),
                 }
             }
-            Err(problem) => {
-                let last = self.last_good.get(&uid).cloned();
-                Given {
-                    logins: last.map(|(l, _)| l).unwrap_or_default(),
-                    problem: Some(problem),
-                    sources: None,
-                }
-            }
+            Err(problem) => Given {
+                logins: self.last_good.get(uid).cloned().unwrap_or_default(),
+                problem: Some(bundle.meta.problem.clone().unwrap_or(problem)),
+            },
         }
     }
 
     /// One pass: files, then status.
-    async fn sync(&mut self, managers: &[Arc<ClusterImagePullSecretManager>], node: &Node) {
-        let labels = node.labels().clone();
-        let selected = selecting(managers, &labels);
-        self.sources.watch(selected.iter().flat_map(|m| {
-            m.spec
-                .secrets
-                .iter()
-                .filter_map(|e| source_key(e, None))
-                .collect::<Vec<_>>()
-        }));
-        let mut given = Vec::with_capacity(selected.len());
-        for manager in &selected {
-            given.push(self.read(manager).await);
-        }
-        let live: Vec<String> = selected
-            .iter()
-            .map(|m| m.uid().unwrap_or_default())
-            .collect();
-        self.last_good.retain(|uid, _| live.contains(uid));
+    async fn sync(&mut self, bundles: &[Bundle], node: &Node) {
+        let selected = selecting(bundles, node.labels());
+        let given: Vec<Given> = selected.iter().map(|b| self.read(b)).collect();
+        self.last_good
+            .retain(|uid, _| selected.iter().any(|b| &b.meta.uid == uid));
         let credentials = NodeCredentials::new(given.iter().flat_map(|g| g.logins.iter().cloned()));
         let mut node_problem = self.write_credentials(&credentials).err();
         let mut conflicts: Vec<config_json::Conflict> = Vec::new();
@@ -267,7 +176,7 @@ impl Agent {
         }
         self.metrics.record_leftovers(leftovers.len());
         let mut managers_reported = Vec::with_capacity(selected.len());
-        for (manager, given) in selected.iter().zip(&given) {
+        for (bundle, given) in selected.iter().zip(&given) {
             let registries: Vec<String> = given.logins.iter().map(|l| l.key.clone()).collect();
             let mine: Vec<String> = conflicts
                 .iter()
@@ -277,9 +186,9 @@ impl Agent {
                 .collect();
             let problem = node_problem.clone().or_else(|| given.problem.clone());
             managers_reported.push(ManagerReport {
-                uid: manager.uid().unwrap_or_default(),
-                generation: manager.metadata.generation,
-                sources: given.sources.clone(),
+                uid: bundle.meta.uid.clone(),
+                generation: bundle.meta.generation,
+                sources: Some(bundle.version.clone()),
                 synced: problem.is_none(),
                 registries: registries.into_iter().take(64).collect(),
                 conflicts: mine,
@@ -399,88 +308,30 @@ fn changes_of<T: PartialEq + Send + 'static>(
     }
 }
 
-/// See [`selection_signature`]: the node's labels, and `(uid, generation)` per manager.
-type Selection = (BTreeMap<String, String>, Vec<(String, Option<i64>)>);
+/// See [`selection_signature`]: the node's labels, and `(uid, resourceVersion)` per bundle.
+type Selection = (BTreeMap<String, String>, Vec<(String, String)>);
 
-/// What a sync depends on, besides the sources: the node's labels and, for each manager
-/// selecting the node, its uid and generation (its spec; the apiserver also bumps it when a
-/// deletion starts, which deselects it).
+/// What a sync depends on: the node's labels and, for each bundle selecting the node, its
+/// manager and version (a new version is new credentials, a new spec or a new problem).
 fn selection_signature(
-    managers: &[Arc<ClusterImagePullSecretManager>],
+    bundles: &[Bundle],
     labels: Option<&BTreeMap<String, String>>,
 ) -> Option<Selection> {
     let labels = labels?;
-    let selected = selecting(managers, labels)
-        .iter()
-        .map(|m| (m.uid().unwrap_or_default(), m.metadata.generation))
+    let selected = selecting(bundles, labels)
+        .into_iter()
+        .map(|b| (b.meta.uid, b.version))
         .collect();
     Some((labels.clone(), selected))
 }
 
-/// One watch per source Secret the selected managers name, each by a `metadata.name` field
-/// selector (what RBAC `resourceNames` can grant), waking the agent when the Secret changes:
-/// a rotation reaches the node within seconds, `--resync` is the safety net.
-struct SourceWatches {
-    client: Client,
-    changed: Arc<Notify>,
-    running: HashMap<SourceKey, tokio::task::JoinHandle<()>>,
+/// The bundles among `secrets`.
+fn bundles_of(secrets: &[Arc<Secret>]) -> Vec<Bundle> {
+    secrets
+        .iter()
+        .filter_map(|s| Bundle::from_secret(s))
+        .collect()
 }
-
-impl SourceWatches {
-    fn new(client: Client, changed: Arc<Notify>) -> Self {
-        Self {
-            client,
-            changed,
-            running: HashMap::new(),
-        }
-    }
-
-    /// Watches exactly `keys`: starts the missing watches, stops the others.
-    fn watch(&mut self, keys: impl IntoIterator<Item = SourceKey>) {
-        let wanted: std::collections::HashSet<SourceKey> = keys.into_iter().collect();
-        self.running.retain(|key, task| {
-            let keep = wanted.contains(key);
-            if !keep {
-                task.abort();
-            }
-            keep
-        });
-        for key in wanted {
-            if self.running.contains_key(&key) {
-                continue;
-            }
-            let (namespace, name) = &key;
-            let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
-            let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-            let changed = self.changed.clone();
-            let task = tokio::spawn(watcher(api, config).default_backoff().for_each(
-                move |event| {
-                    match event {
-                        // The first list: nothing new but what changed since the last read.
-                        Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
-                        Ok(_) => changed.notify_one(),
-                        Err(e) => {
-                            tracing::warn!(watch = "source Secret", error = %e, "watch failed; retrying");
-                        }
-                    }
-                    std::future::ready(())
-                },
-            ));
-            self.running.insert(key, task);
-        }
-    }
-}
-
-impl Drop for SourceWatches {
-    fn drop(&mut self) {
-        self.running
-            .values()
-            .for_each(tokio::task::JoinHandle::abort);
-    }
-}
-
-/// `(namespace, name, resourceVersion)` of each source read.
-type Versions = Vec<(String, String, Option<String>)>;
 
 /// Runs the agent until `shutdown`. The files stay as they are on exit: the kubelet keeps
 /// pulling while the agent restarts.
@@ -493,13 +344,13 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let changed = Arc::new(Notify::new());
-    let (managers, manager_writer) = reflector::store::<ClusterImagePullSecretManager>();
+    let (bundles, bundle_writer) = reflector::store::<Secret>();
     let (nodes, node_writer) = reflector::store::<Node>();
-    let watch_managers = reflector(
-        manager_writer,
+    let watch_bundles = reflector(
+        bundle_writer,
         watcher(
-            Api::<ClusterImagePullSecretManager>::all(client.clone()),
-            watcher::Config::default(),
+            Api::<Secret>::namespaced(client.clone(), &config.namespace),
+            watcher::Config::default().labels(&format!("{BUNDLE_LABEL}={BUNDLE_LABEL_VALUE}")),
         )
         .default_backoff(),
     )
@@ -513,18 +364,21 @@ pub async fn run(
         .default_backoff(),
     )
     .touched_objects();
-    // Only what a sync depends on wakes it: the node's labels and the managers selecting it
-    // (each one's spec, by its generation; a deletion starting; a manager coming or going).
-    // Never a status write (the controller's node summary changes a manager's status as nodes
-    // report, and would wake every agent), nor a manager selecting other nodes.
+    // Only what a sync depends on wakes it: the node's labels and the bundles selecting it.
+    // Never a bundle of a manager selecting other nodes.
     let signature = {
-        let (managers, nodes) = (managers.clone(), nodes.clone());
-        move || selection_signature(&managers.state(), nodes.state().first().map(|n| n.labels()))
+        let (bundles, nodes) = (bundles.clone(), nodes.clone());
+        move || {
+            selection_signature(
+                &bundles_of(&bundles.state()),
+                nodes.state().first().map(|n| n.labels()),
+            )
+        }
     };
     let tasks = [
         forward(
-            watch_managers.map(|r| r.map(|_| ())).boxed(),
-            "managers",
+            watch_bundles.map(|r| r.map(|_| ())).boxed(),
+            "node credentials",
             changed.clone(),
             changes_of(signature.clone()),
         ),
@@ -540,7 +394,7 @@ pub async fn run(
             tasks.iter().for_each(tokio::task::JoinHandle::abort);
             return Ok(());
         }
-        ready = async { tokio::try_join!(managers.wait_until_ready(), nodes.wait_until_ready()) } => {
+        ready = async { tokio::try_join!(bundles.wait_until_ready(), nodes.wait_until_ready()) } => {
             ready?;
         }
     }
@@ -548,7 +402,6 @@ pub async fn run(
     tracing::info!(node = config.node_name, "node agent started");
     let resync = config.resync;
     let mut agent = Agent {
-        sources: SourceWatches::new(client.clone(), changed.clone()),
         client,
         config,
         last_good: HashMap::new(),
@@ -557,7 +410,7 @@ pub async fn run(
     };
     loop {
         match nodes.state().into_iter().next() {
-            Some(node) => agent.sync(&managers.state(), &node).await,
+            Some(node) => agent.sync(&bundles_of(&bundles.state()), &node).await,
             None => tracing::warn!(
                 node = agent.config.node_name,
                 "no Node of this name; waiting for it"
@@ -575,28 +428,24 @@ pub async fn run(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
     use super::*;
-    use crate::api::ClusterImagePullSecretManagerSpec;
+    use crate::node::bundle::BundleMeta;
 
-    fn manager(
-        name: &str,
-        created: i64,
-        selector: Option<LabelSelector>,
-    ) -> Arc<ClusterImagePullSecretManager> {
-        let mut m = ClusterImagePullSecretManager::new(
-            name,
-            ClusterImagePullSecretManagerSpec {
-                mode: Mode::Node,
+    fn bundle(name: &str, created: i64, selector: LabelSelector) -> Bundle {
+        Bundle {
+            meta: BundleMeta {
+                manager: name.to_owned(),
+                uid: format!("uid-{name}"),
+                generation: Some(1),
+                created: Some(created),
                 node_selector: selector,
-                ..ClusterImagePullSecretManagerSpec::default()
+                problem: None,
             },
-        );
-        m.metadata.creation_timestamp = k8s_openapi::jiff::Timestamp::from_second(created)
-            .ok()
-            .map(Time);
-        Arc::new(m)
+            version: "1".to_owned(),
+            content: None,
+        }
     }
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -606,78 +455,57 @@ mod tests {
             .collect()
     }
 
-    fn pool(value: &str) -> Option<LabelSelector> {
-        Some(LabelSelector {
+    fn pool(value: &str) -> LabelSelector {
+        LabelSelector {
             match_labels: Some(labels(&[("pool", value)])),
             ..LabelSelector::default()
-        })
+        }
     }
 
     #[test]
-    fn only_node_managers_whose_selector_matches_are_chosen_oldest_first() {
-        let mut service_account = (*manager("sa", 1, None)).clone();
-        service_account.spec.mode = Mode::ServiceAccount;
-        let managers = vec![
-            manager("young-gpu", 30, pool("gpu")),
-            manager("every-node", 20, Some(LabelSelector::default())),
-            manager("old-gpu", 10, pool("gpu")),
-            manager("cpu", 5, pool("cpu")),
-            manager("no-selector", 1, None),
-            Arc::new(service_account),
+    fn only_bundles_whose_selector_matches_are_chosen_oldest_first() {
+        let bundles = vec![
+            bundle("young-gpu", 30, pool("gpu")),
+            bundle("every-node", 20, LabelSelector::default()),
+            bundle("old-gpu", 10, pool("gpu")),
+            bundle("cpu", 5, pool("cpu")),
         ];
-        let chosen: Vec<String> = selecting(&managers, &labels(&[("pool", "gpu")]))
-            .iter()
-            .map(|m| m.name_any())
+        let chosen: Vec<String> = selecting(&bundles, &labels(&[("pool", "gpu")]))
+            .into_iter()
+            .map(|b| b.meta.manager)
             .collect();
         assert_eq!(chosen, ["old-gpu", "every-node", "young-gpu"]);
-        let chosen: Vec<String> = selecting(&managers, &labels(&[]))
-            .iter()
-            .map(|m| m.name_any())
+        let chosen: Vec<String> = selecting(&bundles, &labels(&[]))
+            .into_iter()
+            .map(|b| b.meta.manager)
             .collect();
         assert_eq!(chosen, ["every-node"]);
     }
 
     #[test]
-    fn only_a_change_to_the_node_or_its_selecting_managers_wakes_the_agent() {
+    fn only_a_change_to_the_node_or_its_selecting_bundles_wakes_the_agent() {
         let gpu = labels(&[("pool", "gpu")]);
-        let mut mine = (*manager("mine", 1, pool("gpu"))).clone();
-        mine.metadata.uid = Some("uid-mine".to_owned());
-        mine.metadata.generation = Some(1);
-        let mut other = (*manager("other", 2, pool("cpu"))).clone();
-        other.metadata.uid = Some("uid-other".to_owned());
-        let before = selection_signature(
-            &[Arc::new(mine.clone()), Arc::new(other.clone())],
-            Some(&gpu),
-        );
-        // A status write, and any change to a manager selecting other nodes: the same.
-        let mut written = mine.clone();
-        written.status = Some(crate::api::ManagerStatus {
-            nodes_synced: Some(1),
-            ..Default::default()
-        });
+        let mine = bundle("mine", 1, pool("gpu"));
+        let other = bundle("other", 2, pool("cpu"));
+        let before = selection_signature(&[mine.clone(), other.clone()], Some(&gpu));
+        // Any change to a bundle selecting other nodes: the same.
         let mut other_changed = other.clone();
-        other_changed.metadata.generation = Some(7);
+        other_changed.version = "7".to_owned();
         assert_eq!(
             before,
-            selection_signature(&[Arc::new(written), Arc::new(other_changed)], Some(&gpu))
+            selection_signature(&[mine.clone(), other_changed], Some(&gpu))
         );
-        // Its spec, a deletion starting, the node's labels: a change.
-        let mut edited = mine.clone();
-        edited.metadata.generation = Some(2);
+        // A new version of its bundle, the node's labels: a change.
+        let mut rotated = mine.clone();
+        rotated.version = "2".to_owned();
         assert_ne!(
             before,
-            selection_signature(&[Arc::new(edited), Arc::new(other.clone())], Some(&gpu))
-        );
-        let mut deleting = mine.clone();
-        deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-        assert_ne!(
-            before,
-            selection_signature(&[Arc::new(deleting), Arc::new(other.clone())], Some(&gpu))
+            selection_signature(&[rotated, other.clone()], Some(&gpu))
         );
         let relabelled = labels(&[("pool", "gpu"), ("zone", "a")]);
         assert_ne!(
             before,
-            selection_signature(&[Arc::new(mine), Arc::new(other)], Some(&relabelled))
+            selection_signature(&[mine, other], Some(&relabelled))
         );
     }
 }

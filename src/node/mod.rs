@@ -8,6 +8,7 @@
 //!     config.json merge (optional) ─────────► /var/lib/kubelet/config.json
 //! ```
 //!
+//! - [`bundle`]: what the controller hands the agents for one manager (its credentials).
 //! - [`atomic`]: writing a host file so a reader never sees a part of it.
 //! - [`credentials`]: the node-local credentials file.
 //! - [`config_json`]: merging into the kubelet's config.json and restoring it exactly.
@@ -19,6 +20,7 @@
 
 pub mod agent;
 pub mod atomic;
+pub mod bundle;
 pub mod config_json;
 pub mod credentials;
 pub mod install;

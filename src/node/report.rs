@@ -11,8 +11,8 @@
 //! One small object per node, written by that node's agent only when its report changes, as the
 //! kubelet's heartbeats are: 10 000 agents never write one shared object, and the controller is
 //! the only writer of each manager's status. A node counts as synced when its agent reports the
-//! manager's current generation and the current `resourceVersion` of every source Secret
-//! ([`sources_fingerprint`]): a fingerprint of versions, never of a credential.
+//! manager's current generation and the current `resourceVersion` of the manager's node
+//! credentials Secret (bundle.rs): a version, never anything derived from a credential.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -22,24 +22,7 @@ use kube::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    api::{ClusterImagePullSecretManager, Mode, NodeStatus},
-    controller::{SourceKey, source_key},
-};
-
-/// The source Secrets a mode Node manager reads, sorted and without repeats: what the agent
-/// fetches and watches, and what the fingerprint of its report covers.
-pub fn source_keys(manager: &ClusterImagePullSecretManager) -> Vec<SourceKey> {
-    let mut keys: Vec<SourceKey> = manager
-        .spec
-        .secrets
-        .iter()
-        .filter_map(|e| source_key(e, None))
-        .collect();
-    keys.sort();
-    keys.dedup();
-    keys
-}
+use crate::api::{ClusterImagePullSecretManager, Mode, NodeStatus};
 
 /// The annotation of a node's Lease holding its [`NodeReport`] (JSON).
 pub const REPORT_ANNOTATION: &str = "node.cheiron.anny.co/report";
@@ -76,8 +59,8 @@ pub struct ManagerReport {
     /// The manager's generation the node applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
-    /// [`sources_fingerprint`] of the sources the node applied (`None`: they could not be
-    /// read).
+    /// The `resourceVersion` of the manager's node credentials the node applied
+    /// (bundle.rs). The field keeps its name from when agents read the sources themselves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sources: Option<String>,
     /// The node's files hold what the node read.
@@ -103,24 +86,6 @@ pub fn lease_name(node: &str) -> String {
     format!("{PREFIX}{}", &digest[..40])
 }
 
-/// A fingerprint of a manager's generation and its sources' versions: `(namespace, name,
-/// resourceVersion)`, `None` for a Secret that does not exist. Order does not matter.
-pub fn sources_fingerprint(
-    generation: Option<i64>,
-    sources: &[(String, String, Option<String>)],
-) -> String {
-    let mut lines: Vec<String> = sources
-        .iter()
-        .map(|(namespace, name, version)| {
-            format!("{namespace}/{name}@{}", version.as_deref().unwrap_or("-"))
-        })
-        .collect();
-    lines.sort();
-    lines.dedup();
-    let text = format!("{}\n{}", generation.unwrap_or(0), lines.join("\n"));
-    super::config_json::sha256_hex(text.as_bytes())
-}
-
 /// What the controller writes of a manager's node status.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeSummary {
@@ -135,7 +100,8 @@ pub struct NodeSummary {
 }
 
 /// Sums up the reports for `manager`: `nodes` are every Node's name and labels, `reports`
-/// the node reports by node name, `fingerprint` the manager's current [`sources_fingerprint`]
+/// the node reports by node name, `fingerprint` the `resourceVersion` of the manager's node
+/// credentials (bundle.rs)
 /// (`None`: unknown, so no node counts as synced), `cap` the most entries listed.
 pub fn summarize<'a>(
     manager: &ClusterImagePullSecretManager,
@@ -380,17 +346,6 @@ mod tests {
         let reports: HashMap<String, NodeReport> = [report("a", entry)].into();
         let summary = summarize(&manager("gpu", 2), [("a", &gpu)], &reports, Some("now"), 20);
         assert_eq!((summary.selected, summary.synced), (1, 0));
-    }
-
-    #[test]
-    fn fingerprints_follow_generation_and_versions_not_order() {
-        let a = ("s".to_owned(), "a".to_owned(), Some("10".to_owned()));
-        let b = ("s".to_owned(), "b".to_owned(), None);
-        let one = sources_fingerprint(Some(1), &[a.clone(), b.clone()]);
-        assert_eq!(one, sources_fingerprint(Some(1), &[b.clone(), a.clone()]));
-        assert_ne!(one, sources_fingerprint(Some(2), &[a.clone(), b.clone()]));
-        let rotated = ("s".to_owned(), "a".to_owned(), Some("11".to_owned()));
-        assert_ne!(one, sources_fingerprint(Some(1), &[rotated, b]));
     }
 
     #[test]

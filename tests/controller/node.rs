@@ -2,8 +2,9 @@
 //! `cheiron node-agent` processes with temporary directories standing in for their hosts'
 //! paths, and the shared controller running. Selecting, rotating, deselecting and deleting a
 //! manager change exactly the right node's files; the kubelet's config.json is given back
-//! byte for byte; the controller writes no Secret for a Node manager; the credential-provider
-//! plugin answers the kubelet's request from the file the agent wrote.
+//! byte for byte; the controller writes no copy for a Node manager, only its node credentials
+//! in the node namespace (the agents read nothing else); the credential-provider plugin
+//! answers the kubelet's request from the file the agent wrote.
 
 use std::{
     io::Write,
@@ -18,12 +19,18 @@ use kube::{
 };
 use serde_json::{Value, json};
 
+use cheiron::node::bundle::{BUNDLE_TYPE, bundle_name};
+
 use crate::{
     CHEIRON,
     dockerconfig::{dockerconfigjson_secret, registry_entry},
     harness::{Result, controller::CheironProcess},
-    scenario::ControllerScenario,
+    scenario::{ControllerScenario, ManagerRef},
 };
+
+/// The shared controller's node namespace (`--node-namespace` defaults to its client's
+/// namespace), where the agents the tests start read (`--pod-namespace`, the same default).
+const NODE_NAMESPACE: &str = "default";
 
 /// A kubelet config.json another tool wrote: odd layout, a Docker Hub entry that conflicts
 /// with the manager's, and a member cheiron never writes.
@@ -138,6 +145,25 @@ fn pull_secret(user: &str) -> k8s_openapi::api::core::v1::Secret {
             "docker.io": registry_entry(user, &format!("{user}-hub"), None),
         }),
     )
+}
+
+/// A namespace holding the source `node-pull` (user `first`), and a pool label value of its
+/// own for the scenario's Nodes.
+async fn source_and_pool(s: &ControllerScenario) -> Result<(String, String)> {
+    let sources = s.create_namespace(&[], &[]).await?;
+    s.create_secret(&sources, &pull_secret("first")).await?;
+    Ok((sources, s.unique_name("pool")))
+}
+
+/// Applies a mode Node manager of a fresh name selecting `pool`, its source in `sources`.
+async fn node_manager(s: &ControllerScenario, pool: &str, sources: &str) -> Result<ManagerRef> {
+    s.apply(&manager_yaml(
+        &s.unique_name("nodes"),
+        s.id(),
+        pool,
+        sources,
+    ))
+    .await
 }
 
 /// Waits until `node`'s credentials file holds `expected` (`None`: until it is gone).
@@ -260,9 +286,16 @@ async fn node_agents_follow_selection_rotation_deselection_and_deletion() -> Res
     );
     assert!(
         s.copies_of(&manager).await?.is_empty(),
-        "the controller writes no Secret for a Node manager"
+        "the controller writes no copy for a Node manager"
     );
     assert_eq!(s.secret(&bystander, "node-pull").await?.map(|_| ()), None);
+    // Its node credentials, in the node namespace (the shared controller's: its client's
+    // default), which is all the agents read; never a pull secret a Pod could name.
+    let bundle = s
+        .secret(NODE_NAMESPACE, &bundle_name(&name))
+        .await?
+        .ok_or("no node credentials in the node namespace")?;
+    assert_eq!(bundle.type_.as_deref(), Some(BUNDLE_TYPE));
 
     // The plugin answers the kubelet's requests from the gpu node's file.
     let request = |image: &str| {
@@ -341,6 +374,13 @@ async fn node_agents_follow_selection_rotation_deselection_and_deletion() -> Res
         ["config.json"],
         "no state or temporary file is left"
     );
+    s.eventually("the node credentials gone with the manager", || async {
+        match s.secret(NODE_NAMESPACE, &bundle_name(&name)).await? {
+            None => Ok(()),
+            Some(_) => Err("still there".into()),
+        }
+    })
+    .await?;
 
     delete_nodes(&s, &[&gpu, &cpu]).await
 }
@@ -364,22 +404,13 @@ async fn delete_nodes(s: &ControllerScenario, nodes: &[&FakeNode]) -> Result {
 #[tokio::test]
 async fn status_counts_selected_and_synced_nodes_and_lists_the_failing() -> Result {
     let s = ControllerScenario::new("node-status").await?;
-    let sources = s.create_namespace(&[], &[]).await?;
-    s.create_secret(&sources, &pull_secret("first")).await?;
-    let pool = s.unique_name("pool");
+    let (sources, pool) = source_and_pool(&s).await?;
     let a = create_node(&s, &s.unique_name("a"), &pool).await?;
     let b = create_node(&s, &s.unique_name("b"), &pool).await?;
     let without_agent = create_node(&s, &s.unique_name("c"), &pool).await?;
     let _a_agent = agent(&a, false)?;
     let b_agent = agent(&b, true)?;
-    let manager = s
-        .apply(&manager_yaml(
-            &s.unique_name("nodes"),
-            s.id(),
-            &pool,
-            &sources,
-        ))
-        .await?;
+    let manager = node_manager(&s, &pool, &sources).await?;
 
     let status = s
         .until_status(&manager, "3 selected, 2 synced", |st| {
@@ -440,30 +471,42 @@ async fn status_counts_selected_and_synced_nodes_and_lists_the_failing() -> Resu
     })
     .await?;
 
+    // The source goes: the nodes keep the credentials they have, and say why they are not
+    // synced.
+    s.delete_secret(&sources, "node-pull").await?;
+    let status = s
+        .until_status(&manager, "a and b not synced, naming the source", |st| {
+            st.nodes_synced == Some(0)
+                && st.nodes.iter().any(|n| {
+                    n.name == a.name
+                        && n.message
+                            .as_deref()
+                            .is_some_and(|m| m.contains("node-pull"))
+                })
+        })
+        .await?;
+    assert_eq!(a.logins()?, Some(expected_logins("second")));
+    assert_eq!(b.logins()?, Some(expected_logins("second")));
+    for entry in &status.nodes {
+        let message = entry.message.as_deref().unwrap_or_default();
+        assert!(!message.contains("second-password"), "{message}");
+    }
+
     let object = s.manager(&manager).await?.ok_or("manager gone early")?;
     s.delete_manager(&object).await?;
     delete_nodes(&s, &[&a, &b, &without_agent]).await
 }
 
-/// The agent watches each source Secret: a rotation reaches the node's file within the
-/// test's wait, while the agent's `--resync` is an hour (and a status write, such as the
-/// controller's node summary changing, does not wake it).
+/// A rotation reaches the node's file through the watches (the controller's on the source, the
+/// agent's on its node credentials) within the test's wait, while the agent's `--resync` is an
+/// hour (and a status write, such as the controller's node summary changing, does not wake it).
 #[tokio::test]
 async fn a_rotated_source_reaches_the_node_through_the_watch_long_before_the_resync() -> Result {
     let s = ControllerScenario::new("node-watch").await?;
-    let sources = s.create_namespace(&[], &[]).await?;
-    s.create_secret(&sources, &pull_secret("first")).await?;
-    let pool = s.unique_name("pool");
+    let (sources, pool) = source_and_pool(&s).await?;
     let node = create_node(&s, &s.unique_name("w"), &pool).await?;
     let agent = agent_with_resync(&node, false, "1h")?;
-    let manager = s
-        .apply(&manager_yaml(
-            &s.unique_name("nodes"),
-            s.id(),
-            &pool,
-            &sources,
-        ))
-        .await?;
+    let manager = node_manager(&s, &pool, &sources).await?;
     until_logins(
         &s,
         &node,
@@ -559,8 +602,7 @@ async fn apply_object(client: &kube::Client, object: &Value) -> Result {
 /// `cheiron manifests --node --metrics-auth kubernetes --namespace OWN --node-namespace NODES`
 /// as the cluster's admin applies it: the agent's objects (not its DaemonSet: the test runs
 /// the agent), and the ClusterRole its metrics-auth binding names. Cluster-scoped names get
-/// `suffix` (tests share the cluster); the Secret Role is narrowed to `node-pull` (the chart's
-/// `node.secretNames`). Returns the cluster-scoped objects, to delete.
+/// `suffix` (tests share the cluster). Returns the cluster-scoped objects, to delete.
 async fn install_node_agent(
     client: &kube::Client,
     own: &str,
@@ -574,7 +616,6 @@ async fn install_node_agent(
         metrics_auth: MetricsAuth::Kubernetes,
         node_agent: Some(NodeAgentSetup {
             namespace: Some(nodes.to_owned()),
-            secret_namespaces: Vec::new(),
         }),
         ..Install::default()
     };
@@ -596,9 +637,6 @@ async fn install_node_agent(
                 object["spec"]["policyName"] = unique(&object["spec"]["policyName"]);
             }
             cluster_scoped.push(object.clone());
-        }
-        if kind == "Role" && object["metadata"]["name"] == cheiron::install::NODE_AGENT {
-            object["rules"][0]["resourceNames"] = json!(["node-pull"]);
         }
         apply_object(client, &object).await?;
     }
@@ -662,25 +700,42 @@ fn is_forbidden<T: std::fmt::Debug>(result: &std::result::Result<T, kube::Error>
 }
 
 /// The agent under exactly the objects `cheiron manifests --node` gives it, with a token bound
-/// to a Pod on its node as in a cluster. It works: it reads and watches its source by name in
-/// the node namespace and writes its report Lease. A compromised node cannot do more with that
-/// token: no Secret of cheiron's namespace (the webhook CA's key) and no other Secret of the
-/// node namespace; no Lease in cheiron's namespace (the controller's leader Lease); no other
-/// node's report (the admission policy), not even its own Lease held by another node; and its
-/// `/metrics` refuses an unauthenticated scrape and a token without the right.
+/// to a Pod on its node as in a cluster, and a controller whose node namespace is the agent's.
+/// It works: it reads the node credentials the controller hands it in the node namespace, a
+/// rotation arrives through its watch, and it writes its report Lease. A compromised node
+/// cannot do more with that token: no manager (a cluster manager may hold an inline password)
+/// and no source Secret; no Secret of cheiron's namespace (the webhook CA's key); no Lease in
+/// cheiron's namespace (the controller's leader Lease); no other node's report (the admission
+/// policy), not even its own Lease held by another node; and its `/metrics` refuses an
+/// unauthenticated scrape and a token without the right.
 #[tokio::test]
 async fn a_node_agent_can_read_and_write_only_what_its_node_needs() -> Result {
     use k8s_openapi::api::core::v1::{Namespace, Secret};
     use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 
-    let s = ControllerScenario::new("node-rbac").await?;
+    let s = ControllerScenario::without_shared_controller("node-rbac").await?;
     let client = s.client().clone();
     let own = s.create_namespace(&[], &[]).await?;
+    let sources = s.create_namespace(&[], &[]).await?;
     let nodes = s.unique_name("nodes");
     let suffix = s.unique_name("rbac");
     let cluster_scoped = install_node_agent(&client, &own, &nodes, &suffix).await?;
+    let controller = CheironProcess::controller(
+        &s.unique_name("node-controller"),
+        &[
+            "--no-leader-election",
+            "--resync",
+            "15",
+            "--node-namespace",
+            &nodes,
+        ],
+    )?;
+    controller
+        .wait_for_admin_status("/readyz", 200, crate::harness::controller::READY_WITHIN)
+        .await?;
 
-    // What a node must never reach: cheiron's CA key and leader Lease.
+    // What a node must never reach: cheiron's CA key and leader Lease, the managers' sources,
+    // the managers themselves.
     let mut ca = pull_secret("ca");
     ca.metadata.name = Some("cheiron-tls-ca".to_owned());
     s.create_secret(&own, &ca).await?;
@@ -691,10 +746,7 @@ async fn a_node_agent_can_read_and_write_only_what_its_node_needs() -> Result {
     Api::<Lease>::namespaced(client.clone(), &own)
         .create(&PostParams::default(), &leader)
         .await?;
-    s.create_secret(&nodes, &pull_secret("first")).await?;
-    let mut other = pull_secret("other");
-    other.metadata.name = Some("not-a-source".to_owned());
-    s.create_secret(&nodes, &other).await?;
+    s.create_secret(&sources, &pull_secret("first")).await?;
 
     let pool = s.unique_name("pool");
     let node = create_node(&s, &s.unique_name("r"), &pool).await?;
@@ -713,12 +765,16 @@ async fn a_node_agent_can_read_and_write_only_what_its_node_needs() -> Result {
     assert!(is_forbidden(&read), "cheiron's CA key: {read:?}");
     let listed = secrets.list(&ListParams::default()).await;
     assert!(is_forbidden(&listed), "cheiron's Secrets: {listed:?}");
-    let read = Api::<Secret>::namespaced(as_agent.clone(), &nodes)
-        .get("not-a-source")
+    let read = Api::<Secret>::namespaced(as_agent.clone(), &sources)
+        .get("node-pull")
+        .await;
+    assert!(is_forbidden(&read), "a manager's source: {read:?}");
+    let managers = Api::<cheiron::api::ClusterImagePullSecretManager>::all(as_agent.clone())
+        .list(&ListParams::default())
         .await;
     assert!(
-        is_forbidden(&read),
-        "another Secret of the node namespace: {read:?}"
+        is_forbidden(&managers),
+        "the cluster managers (inline passwords): {managers:?}"
     );
     let leases = Api::<Lease>::namespaced(as_agent.clone(), &own);
     let read = leases.get("cheiron-controller").await;
@@ -753,14 +809,7 @@ async fn a_node_agent_can_read_and_write_only_what_its_node_needs() -> Result {
             "1h",
         ],
     )?;
-    let manager = s
-        .apply(&manager_yaml(
-            &s.unique_name("nodes"),
-            s.id(),
-            &pool,
-            &nodes,
-        ))
-        .await?;
+    let manager = node_manager(&s, &pool, &sources).await?;
     until_logins(
         &s,
         &node,
@@ -769,7 +818,7 @@ async fn a_node_agent_can_read_and_write_only_what_its_node_needs() -> Result {
     )
     .await?;
     // The watch is allowed: a rotation arrives long before the hour's resync.
-    s.replace_secret_data(&nodes, "node-pull", &pull_secret("second"))
+    s.replace_secret_data(&sources, "node-pull", &pull_secret("second"))
         .await?;
     until_logins(
         &s,
@@ -843,6 +892,7 @@ async fn a_node_agent_can_read_and_write_only_what_its_node_needs() -> Result {
     let object = s.manager(&manager).await?.ok_or("manager gone early")?;
     s.delete_manager(&object).await?;
     drop(agent);
+    drop(controller);
     for object in cluster_scoped.iter().rev() {
         let object: DynamicObject = serde_json::from_value(object.clone())?;
         let gvk = kube::api::GroupVersionKind::try_from(&object.types.clone().unwrap_or_default())?;
@@ -858,4 +908,63 @@ async fn a_node_agent_can_read_and_write_only_what_its_node_needs() -> Result {
         .delete(&nodes, &DeleteParams::default())
         .await?;
     delete_nodes(&s, &[&node, &neighbour]).await
+}
+
+/// Another tool changes an entry cheiron merged into the kubelet's config.json, then the
+/// manager goes: the agent leaves the entry (it still holds cheiron's credential, but is no
+/// longer cheiron's to remove), and the controller announces it with a Warning Event on the
+/// Node, naming the registry and never the value.
+#[tokio::test]
+async fn a_config_json_leftover_is_announced_on_the_node() -> Result {
+    use k8s_openapi::api::events::v1::Event;
+    use kube::api::ListParams;
+
+    let s = ControllerScenario::new("node-leftover").await?;
+    let (sources, pool) = source_and_pool(&s).await?;
+    let node = create_node(&s, &s.unique_name("l"), &pool).await?;
+    std::fs::write(node.config_json(), FOREIGN_CONFIG_JSON)?;
+    let _agent = agent(&node, true)?;
+    let manager = node_manager(&s, &pool, &sources).await?;
+    s.eventually("cheiron's entry in config.json", || async {
+        let merged = std::fs::read_to_string(node.config_json())?;
+        if merged.contains("first-password") {
+            Ok(())
+        } else {
+            Err(merged.into())
+        }
+    })
+    .await?;
+    // Another tool adds a member to cheiron's entry.
+    let mut merged: Value = serde_json::from_str(&std::fs::read_to_string(node.config_json())?)?;
+    merged["auths"]["registry.example.com"]["email"] = json!("ops@example.com");
+    std::fs::write(node.config_json(), serde_json::to_string_pretty(&merged)?)?;
+
+    let object = s.manager(&manager).await?.ok_or("manager gone early")?;
+    s.delete_manager(&object).await?;
+    let events = Api::<Event>::namespaced(s.client().clone(), NODE_NAMESPACE);
+    let event = s
+        .eventually("a ConfigJsonLeftover Event on the Node", || async {
+            events
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("ConfigJsonLeftover")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                            == Some(node.name.as_str())
+                })
+                .ok_or_else(|| "no Event yet".into())
+        })
+        .await?;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let note = event.note.unwrap_or_default();
+    assert!(note.contains("registry.example.com"), "{note}");
+    assert!(!note.contains("first-password"), "{note}");
+    let left = std::fs::read_to_string(node.config_json())?;
+    assert!(
+        left.contains("first-password"),
+        "the leftover stays: {left}"
+    );
+    delete_nodes(&s, &[&node]).await
 }
