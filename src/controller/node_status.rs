@@ -191,7 +191,10 @@ pub async fn keep(
                 )
                 .await;
             }
-            remove_stale(&client, &namespace, &all, &bundles.state()).await;
+            // The bundles first, then the managers as they are now: a bundle is written only
+            // for a manager already in this store, so none is taken for stale by mistake.
+            let seen_bundles = bundles.state();
+            remove_stale(&client, &namespace, &managers.state(), &seen_bundles).await;
             let live: Vec<String> = all.iter().map(|m| m.uid().unwrap_or_default()).collect();
             written.retain(|uid, _| live.contains(uid));
         }
