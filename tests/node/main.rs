@@ -1,5 +1,6 @@
 //! The node tests: a real kubelet, containerd and runc on this machine pull a private image
-//! from a registry with TLS and htpasswd auth, with the credentials cheiron gives the Pods (see
+//! from a registry with TLS and htpasswd auth, with the credentials cheiron gives the Pods, or
+//! the node (mode Node, through the kubelet's credential-provider plugin; see
 //! [`harness::node`] and tests/node/README.md). A layer above `tests/e2e`: the e2e tests show
 //! what the apiserver stores; these show that the kubelet can then pull. Needs root.
 
@@ -10,4 +11,5 @@ const CHEIRON: harness::Cheiron = harness::cheiron!();
 
 mod cluster_manager;
 mod negative_control;
+mod node_mode;
 mod support;

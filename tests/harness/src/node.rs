@@ -424,6 +424,14 @@ pub struct NodeCluster {
     pub registry: Registry,
     /// The private test image (`<registry>/private/app:1`), pushed when the cluster started.
     pub image: String,
+    /// The same registry as `localhost:PORT`, the host mode Node tests pull from: only the
+    /// kubelet's credential-provider plugin (cheiron's) is configured for it, so what another
+    /// test's pull gets from a node agent's file never reaches the other tests' host.
+    pub node_mode_host: String,
+    /// The credentials file the kubelet's plugin reads (a node agent a test starts keeps it).
+    pub node_credentials: PathBuf,
+    /// Where cheiron processes of this cluster run (for a node agent).
+    pub cheiron_host: Host,
     control_plane: ControlPlane,
     _webhook: WebhookProcess,
     _controller: CheironProcess,
@@ -564,6 +572,14 @@ impl NodeCluster {
 
         let registry = Registry::start(&tools, &dir.join("registry")).await?;
         let image = registry.push_test_image(PRIVATE_REPOSITORY, "1")?;
+        let node_mode_host = registry.host.replacen("127.0.0.1", "localhost", 1);
+        let node_credentials = dir.join("node-credentials").join("credentials.json");
+        let provider = install_credential_provider(
+            &host,
+            &dir.join("credential-provider"),
+            &node_credentials,
+            &node_mode_host,
+        )?;
 
         let (containerd, kubelet) = start_node(
             &tools,
@@ -573,6 +589,7 @@ impl NodeCluster {
             &node_pki,
             &control_plane,
             &registry,
+            &provider,
         )
         .await?;
 
@@ -581,6 +598,9 @@ impl NodeCluster {
             tools,
             registry,
             image,
+            node_mode_host,
+            node_credentials,
+            cheiron_host: host,
             control_plane,
             _webhook: webhook,
             _controller: controller,
@@ -667,6 +687,53 @@ impl NodePki {
 
 /// Writes the configuration of containerd, the CNI and the kubelet, records what the janitor
 /// must undo, and starts containerd (importing the pause image) and the kubelet.
+/// How long the kubelet may reuse an answer of cheiron's credential-provider plugin here.
+pub const PLUGIN_CACHE_DURATION: Duration = Duration::from_secs(1);
+
+/// The kubelet's credential-provider plugin as the chart's init container installs it.
+struct CredentialProvider {
+    bin_dir: PathBuf,
+    config: PathBuf,
+    /// The registry host its `matchImages` name (the registry's other host names are not).
+    host: String,
+}
+
+/// Installs cheiron's credential-provider plugin into `dir` as `cheiron node-agent
+/// --install-only` does on a node, reading `credentials` and matching images of
+/// `node_mode_host` only (every other test image has the registry's other host name; images
+/// without a port match too, as on a real node, and get nothing while the file is absent).
+/// The kubelet may reuse an answer for [`PLUGIN_CACHE_DURATION`].
+fn install_credential_provider(
+    host: &Host,
+    dir: &Path,
+    credentials: &Path,
+    node_mode_host: &str,
+) -> Result<CredentialProvider> {
+    let provider = CredentialProvider {
+        bin_dir: dir.join("bin"),
+        config: dir.join("credential-provider-config.yaml"),
+        host: node_mode_host.to_owned(),
+    };
+    if let Some(parent) = credentials.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    run(Command::new(&host.binary)
+        .arg("node-agent")
+        .args(["--node-name", NODE_NAME, "--install-only"])
+        .arg("--credentials-file")
+        .arg(credentials)
+        .arg("--install-bin-dir")
+        .arg(&provider.bin_dir)
+        .arg("--install-provider-config")
+        .arg(&provider.config)
+        .args(["--extra-match-images", node_mode_host])
+        .arg("--cache-duration")
+        .arg(format!("{}s", PLUGIN_CACHE_DURATION.as_secs())))?;
+    Ok(provider)
+}
+
+// Everything a node is made of, each built by the caller: one parameter each.
+#[allow(clippy::too_many_arguments)]
 async fn start_node(
     tools: &NodeTools,
     dir: &Path,
@@ -675,6 +742,7 @@ async fn start_node(
     pki: &NodePki,
     control_plane: &ControlPlane,
     registry: &Registry,
+    provider: &CredentialProvider,
 ) -> Result<(NodeProcess, NodeProcess)> {
     // What the janitor restores, recorded before anything changes it.
     let mut saved = String::new();
@@ -717,16 +785,17 @@ async fn start_node(
     let cni_conf = state.join("cni/net.d");
     std::fs::create_dir_all(&cni_conf)?;
     let certs_d = state.join("certs.d");
-    let hosts_dir = certs_d.join(&registry.host);
-    std::fs::create_dir_all(&hosts_dir)?;
-    std::fs::write(
-        hosts_dir.join("hosts.toml"),
-        format!(
-            "server = \"https://{host}\"\n\n[host.\"https://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"{ca}\"\n",
-            host = registry.host,
-            ca = registry.ca_file.display()
-        ),
-    )?;
+    for host in [registry.host.as_str(), provider.host.as_str()] {
+        let hosts_dir = certs_d.join(host);
+        std::fs::create_dir_all(&hosts_dir)?;
+        std::fs::write(
+            hosts_dir.join("hosts.toml"),
+            format!(
+                "server = \"https://{host}\"\n\n[host.\"https://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"{ca}\"\n",
+                ca = registry.ca_file.display()
+            ),
+        )?;
+    }
     let subnet = 200 + (id.bytes().map(u32::from).sum::<u32>() % 50);
     std::fs::write(
         cni_conf.join("10-cheiron.conflist"),
@@ -898,6 +967,14 @@ staticPodPath: \"\"
                 state.join("kubelet-pki").display()
             ))
             .arg(format!("--hostname-override={NODE_NAME}"))
+            .arg(format!(
+                "--image-credential-provider-config={}",
+                provider.config.display()
+            ))
+            .arg(format!(
+                "--image-credential-provider-bin-dir={}",
+                provider.bin_dir.display()
+            ))
             .arg("--v=2"),
         &dir.join("kubelet.log"),
     )?;
