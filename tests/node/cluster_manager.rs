@@ -11,6 +11,11 @@ const TARGET_SECRET: &str = "node-registry";
 /// A source namespace holding the registry password of a fresh user, and a cluster manager of
 /// `mode` that writes it as [`TARGET_SECRET`] into this test's target namespaces.
 async fn manager(t: &NodeTest, mode: &str) -> Result<(String, String, String)> {
+    manager_with(t, mode, "").await
+}
+
+/// [`manager`] with `extra` (YAML) after its Secret entry: more entries, then spec fields.
+async fn manager_with(t: &NodeTest, mode: &str, extra: &str) -> Result<(String, String, String)> {
     let source_ns = t.scenario.create_namespace(&[], &[]).await?;
     let user = t.scenario.unique_name("user");
     let password = t.node.registry.set_user(&user)?;
@@ -33,7 +38,7 @@ spec:
       registry: {registry}
       username: {user}
       passwordSecretRef: {{name: registry-password, key: password, namespace: {source_ns}}}
-",
+{extra}",
             name = t.scenario.unique_name("manager"),
             label = crate::support::TARGET_LABEL,
             id = t.scenario.id(),
@@ -92,4 +97,41 @@ async fn after_a_rotation_a_new_pod_pulls_with_the_new_password() -> Result {
     t.until_secret_holds(&ns, TARGET_SECRET, &user, &new_password)
         .await?;
     t.expect_running(&ns, "after", &[]).await
+}
+
+/// `injection: MatchingImages`: of the manager's two Secrets, the Pod gets only the one whose
+/// registry its image is pulled from, and that is what the kubelet pulls with.
+#[tokio::test(flavor = "multi_thread")]
+async fn matching_images_a_pod_gets_only_the_secret_of_its_registry_and_runs() -> Result {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::Api;
+
+    let t = NodeTest::new("matching").await?;
+    let (_, user, password) = manager_with(
+        &t,
+        "Pod",
+        "    - name: elsewhere
+      registry: registry.example.com
+      username: nobody
+      password: not-this-registry
+  injection: MatchingImages
+",
+    )
+    .await?;
+    let ns = t.target_namespace().await?;
+    t.until_secret_holds(&ns, TARGET_SECRET, &user, &password)
+        .await?;
+    t.expect_running(&ns, "plain", &[]).await?;
+    let pod = Api::<Pod>::namespaced(t.client().clone(), &ns)
+        .get("plain")
+        .await?;
+    let named: Vec<String> = pod
+        .spec
+        .and_then(|s| s.image_pull_secrets)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    assert_eq!(named, [TARGET_SECRET]);
+    Ok(())
 }

@@ -2,7 +2,8 @@
 //! what the controller hands it, and the kubelet pulls through cheiron's credential-provider
 //! plugin (installed as the chart's init container installs it). The Pod names no pull secret
 //! and its namespace is one no manager targets: only the node-level credential can let it pull.
-//! A rotation reaches the next pull, and deleting the manager takes the credential off the node.
+//! A rotation reaches the next pull, and deleting the manager takes the credential off the node
+//! (the next pull is refused again).
 
 use std::time::Duration;
 
@@ -156,9 +157,14 @@ spec:
     tokio::time::sleep(PLUGIN_CACHE_DURATION + Duration::from_millis(500)).await;
     expect_running(&t, &ns, "after-rotation").await?;
 
-    // The manager goes: so does the credential.
+    // The manager goes: so does the credential, and the next pull is refused again.
     t.scenario.delete_manager(&manager).await?;
     until_file_holds(&t, None).await?;
+    tokio::time::sleep(PLUGIN_CACHE_DURATION + Duration::from_millis(500)).await;
+    match run_plain_pod(&t, &ns, "after-deletion").await? {
+        PodOutcome::PullFailed(message) if message.contains("401 Unauthorized") => {}
+        other => return Err(format!("after the manager's deletion: {other:?}").into()),
+    }
     drop(agent);
     Ok(())
 }
