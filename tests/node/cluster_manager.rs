@@ -135,3 +135,49 @@ async fn matching_images_a_pod_gets_only_the_secret_of_its_registry_and_runs() -
     assert_eq!(named, [TARGET_SECRET]);
     Ok(())
 }
+
+/// The kubelet's `KubeletEnsureSecretPulledImages` gate (on in the node cluster, policy
+/// `NeverVerifyPreloadedImages`): the private image is on the node once a Pod pulled it with
+/// cheiron's Secret, yet a Pod without credentials that asks for it `IfNotPresent` is refused
+/// (the kubelet verifies credentials per Pod), while a Pod with cheiron's Secret is admitted
+/// again.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_ensure_secret_pulled_images_a_cached_image_still_needs_cheirons_secret() -> Result {
+    let t = NodeTest::new("ensure-pulled").await?;
+    let (_, user, password) = manager(&t, "Pod").await?;
+    let ns = t.target_namespace().await?;
+    t.until_secret_holds(&ns, TARGET_SECRET, &user, &password)
+        .await?;
+    t.expect_running(&ns, "pulls", &[]).await?;
+
+    let cached = |name: &str| -> Result<k8s_openapi::api::core::v1::Pod> {
+        let mut pod = t.node.pod(name, &t.node.image, &[])?;
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.containers[0].image_pull_policy = Some("IfNotPresent".to_owned());
+        }
+        Ok(pod)
+    };
+    let elsewhere = t.scenario.create_namespace(&[], &[]).await?;
+    match t
+        .node
+        .run_pod(t.client(), &elsewhere, &cached("no-credentials")?)
+        .await?
+    {
+        crate::harness::node::PodOutcome::PullFailed(message)
+            if message.contains("401 Unauthorized") => {}
+        other => {
+            return Err(format!(
+                "a Pod without credentials should not get the cached private image: {other:?}"
+            )
+            .into());
+        }
+    }
+    match t
+        .node
+        .run_pod(t.client(), &ns, &cached("with-cheirons-secret")?)
+        .await?
+    {
+        crate::harness::node::PodOutcome::Running => Ok(()),
+        other => Err(format!("a Pod with cheiron's Secret should run: {other:?}").into()),
+    }
+}

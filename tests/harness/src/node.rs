@@ -948,6 +948,9 @@ evictionHard:
 rotateCertificates: false
 serverTLSBootstrap: false
 staticPodPath: \"\"
+featureGates:
+  KubeletEnsureSecretPulledImages: true
+imagePullCredentialsVerificationPolicy: NeverVerifyPreloadedImages
 ",
             sock = sock.display(),
             pod_logs = pod_logs.display(),
