@@ -12,4 +12,5 @@ const CHEIRON: harness::Cheiron = harness::cheiron!();
 mod cluster_manager;
 mod negative_control;
 mod node_mode;
+mod short_lived;
 mod support;

@@ -56,6 +56,9 @@ pub struct Cheiron {
     pub binary: &'static str,
     /// `CARGO_TARGET_TMPDIR`: runs keep their files and logs in `cheiron-e2e/` below it.
     pub target_tmpdir: &'static str,
+    /// `CARGO_BIN_EXE_cheiron-fake-credential-provider`: the fake kubelet credential-provider
+    /// plugin (tests/support/fake_credential_provider.rs).
+    pub fake_credential_provider: &'static str,
 }
 
 /// The [`Cheiron`] of the test crate this expands in:
@@ -66,6 +69,7 @@ macro_rules! cheiron {
         $crate::Cheiron {
             binary: env!("CARGO_BIN_EXE_cheiron"),
             target_tmpdir: env!("CARGO_TARGET_TMPDIR"),
+            fake_credential_provider: env!("CARGO_BIN_EXE_cheiron-fake-credential-provider"),
         }
     };
 }

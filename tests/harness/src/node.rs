@@ -297,19 +297,38 @@ impl Registry {
     /// re-reads its htpasswd file) and returns it.
     pub fn set_user(&self, user: &str) -> Result<String> {
         let password = random_token()?;
-        let line = htpasswd_line(&self.htpasswd_tool, user, &password)?;
+        self.set_password(user, &password)?;
+        Ok(password)
+    }
+
+    /// Gives `user` the password `password` (an old one stops working at once).
+    pub fn set_password(&self, user: &str, password: &str) -> Result<()> {
+        let line = htpasswd_line(&self.htpasswd_tool, user, password)?;
+        self.write_users(|users| {
+            users.insert(user.to_owned(), line);
+        })
+    }
+
+    /// Removes `user`: the registry refuses it from now on.
+    pub fn remove_user(&self, user: &str) -> Result<()> {
+        self.write_users(|users| {
+            users.remove(user);
+        })
+    }
+
+    fn write_users(&self, change: impl FnOnce(&mut BTreeMap<String, String>)) -> Result<()> {
         let mut users = self
             .users
             .lock()
             .map_err(|_| "registry users lock poisoned")?;
-        users.insert(user.to_owned(), line);
+        change(&mut users);
         let file: String = users.values().map(String::as_str).collect();
         // Renamed into place, so the registry never reads half a file.
         let path = self.dir.join("htpasswd");
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, file)?;
         std::fs::rename(&tmp, &path)?;
-        Ok(password)
+        Ok(())
     }
 
     /// `.dockerconfigjson` content for `user` with `password` on this registry.
@@ -432,6 +451,8 @@ pub struct NodeCluster {
     pub node_credentials: PathBuf,
     /// Where cheiron processes of this cluster run (for a node agent).
     pub cheiron_host: Host,
+    /// The controller's credential-provider plugin [`SHORT_LIVED`].
+    pub short_lived: ShortLivedProvider,
     control_plane: ControlPlane,
     _webhook: WebhookProcess,
     _controller: CheironProcess,
@@ -564,14 +585,26 @@ impl NodeCluster {
             kubeconfig: control_plane.admin_kubeconfig.clone(),
             tls_dir: certificates.dir.clone(),
         };
-        let controller =
-            CheironProcess::controller_on(&host, "controller", &SHARED_CONTROLLER_ARGS)?;
+        let registry = Registry::start(&tools, &dir.join("registry")).await?;
+        let image = registry.push_test_image(PRIVATE_REPOSITORY, "1")?;
+        let short_lived = ShortLivedProvider::install(
+            cheiron,
+            &dir.join("controller-credential-providers"),
+            &registry.host,
+        )?;
+        let config = short_lived.config.display().to_string();
+        let bin = short_lived.bin_dir.display().to_string();
+        let mut args: Vec<&str> = SHARED_CONTROLLER_ARGS.to_vec();
+        args.extend([
+            "--credential-provider-config",
+            &config,
+            "--credential-provider-bin-dir",
+            &bin,
+        ]);
+        let controller = CheironProcess::controller_on(&host, "controller", &args)?;
         controller
             .wait_for_admin_status("/readyz", 200, READY_WITHIN)
             .await?;
-
-        let registry = Registry::start(&tools, &dir.join("registry")).await?;
-        let image = registry.push_test_image(PRIVATE_REPOSITORY, "1")?;
         let node_mode_host = registry.host.replacen("127.0.0.1", "localhost", 1);
         let node_credentials = dir.join("node-credentials").join("credentials.json");
         let provider = install_credential_provider(
@@ -601,6 +634,7 @@ impl NodeCluster {
             node_mode_host,
             node_credentials,
             cheiron_host: host,
+            short_lived,
             control_plane,
             _webhook: webhook,
             _controller: controller,
@@ -687,6 +721,52 @@ impl NodePki {
 
 /// Writes the configuration of containerd, the CNI and the kubelet, records what the janitor
 /// must undo, and starts containerd (importing the pause image) and the kubelet.
+/// The name of the controller's credential-provider plugin in the node cluster: the fake
+/// plugin, issuing `user-N`/`pass-N` on its Nth call for the registry, each for
+/// [`SHORT_LIVED_SECONDS`].
+pub const SHORT_LIVED: &str = "short-lived";
+/// How long a credential of [`SHORT_LIVED`] lives (its `cacheDuration`).
+pub const SHORT_LIVED_SECONDS: u64 = 6;
+
+/// The controller's credential-provider plugin [`SHORT_LIVED`], for images of the registry.
+pub struct ShortLivedProvider {
+    bin_dir: PathBuf,
+    config: PathBuf,
+    state: PathBuf,
+}
+
+impl ShortLivedProvider {
+    fn install(cheiron: super::Cheiron, dir: &Path, registry: &str) -> Result<Self> {
+        let provider = Self {
+            bin_dir: dir.join("bin"),
+            config: dir.join("config.yaml"),
+            state: dir.join("state"),
+        };
+        std::fs::create_dir_all(&provider.bin_dir)?;
+        std::fs::create_dir_all(&provider.state)?;
+        std::fs::copy(
+            cheiron.fake_credential_provider,
+            provider.bin_dir.join(SHORT_LIVED),
+        )?;
+        std::fs::write(
+            &provider.config,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: {SHORT_LIVED}\n    matchImages: [\"{registry}\"]\n    defaultCacheDuration: {SHORT_LIVED_SECONDS}s\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n    args: [--state, {state}, --cache-duration, {SHORT_LIVED_SECONDS}s, --pattern, \"{registry}\"]\n",
+                state = provider.state.display(),
+            ),
+        )?;
+        Ok(provider)
+    }
+
+    /// How many credentials the plugin has issued.
+    pub fn calls(&self) -> u64 {
+        std::fs::read_to_string(self.state.join("calls"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
 /// How long the kubelet may reuse an answer of cheiron's credential-provider plugin here.
 pub const PLUGIN_CACHE_DURATION: Duration = Duration::from_secs(1);
 
