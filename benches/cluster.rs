@@ -35,6 +35,7 @@ use cheiron_harness::{
     self as harness, Result, Scenario,
     controller::{CheironProcess, READY_WITHIN},
     free_ports,
+    stats::{ms, percentile},
 };
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::{
@@ -290,19 +291,6 @@ async fn latency(scenario: &Scenario, client: &Client, sources: &str) -> Result<
             Some(p99 < Duration::from_secs(1)),
         ),
     ])
-}
-
-/// Nearest-rank percentile of sorted samples.
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = (p * sorted.len()).div_ceil(100).max(1);
-    sorted[rank.min(sorted.len()) - 1]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -20,7 +20,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use cheiron_harness::{self as harness, Result, Scenario, node::NodeCluster};
+use cheiron_harness::{
+    self as harness, Result, Scenario,
+    node::NodeCluster,
+    stats::{ms, percentile},
+};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::{
@@ -110,19 +114,6 @@ async fn time_to_running(
             }
         }
     }
-}
-
-/// Nearest-rank percentile of sorted samples.
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = (p * sorted.len()).div_ceil(100).max(1);
-    sorted[rank.min(sorted.len()) - 1]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
 }
 
 async fn run(pods: usize) -> Result {

@@ -35,6 +35,8 @@ use tokio::{
 use tokio_rustls::{TlsConnector, client::TlsStream};
 
 const MIB: u64 = 1024 * 1024;
+/// The series of the webhook listener's open connections.
+const OPEN_CONNECTIONS: &str = r#"cheiron_connections_open{listener="webhook"}"#;
 
 // ---------------------------------------------------------------------------------------------
 // The child process
@@ -144,6 +146,12 @@ impl Webhook {
         text.lines()
             .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
             .unwrap_or(0.0)
+    }
+
+    /// Waits (up to 30 s) until the webhook listener holds `open` connections.
+    async fn wait_for_open_connections(&self, open: usize) {
+        self.wait_for_metric(OPEN_CONNECTIONS, open as f64, Duration::from_secs(30))
+            .await;
     }
 
     /// Polls `metric` until it equals `value`, for at most `limit`.
@@ -397,12 +405,7 @@ async fn idle_connections_beyond_the_cap_are_closed_at_once_and_an_established_c
             Duration::from_secs(20),
         )
         .await;
-    assert_eq!(
-        webhook
-            .metric(r#"cheiron_connections_open{listener="webhook"}"#)
-            .await,
-        cap as f64
-    );
+    assert_eq!(webhook.metric(OPEN_CONNECTIONS).await, cap as f64);
     // Refused connections were closed at once; the others are held, idle.
     let probes = flood.iter_mut().map(|stream| async move {
         let mut byte = [0u8; 1];
@@ -435,11 +438,7 @@ async fn idle_connections_beyond_the_cap_are_closed_at_once_and_an_established_c
     // Slots come back when the flood closes: a new connection is answered.
     drop(flood);
     webhook
-        .wait_for_metric(
-            r#"cheiron_connections_open{listener="webhook"}"#,
-            1.0,
-            Duration::from_secs(10),
-        )
+        .wait_for_metric(OPEN_CONNECTIONS, 1.0, Duration::from_secs(10))
         .await;
     assert_eq!(
         review(&api_server_client(None), &webhook).await,
@@ -662,10 +661,8 @@ async fn two_peers_holding_every_connection_cannot_lock_the_api_server_out() {
         Holding::IdleHttp1,
         per_peer,
     );
-    let open = r#"cheiron_connections_open{listener="webhook"}"#;
-    webhook
-        .wait_for_metric(open, cap as f64, Duration::from_secs(30))
-        .await;
+    let open = OPEN_CONNECTIONS;
+    webhook.wait_for_open_connections(cap).await;
     wait_for_held(&[&first, &second], &[per_peer as u64, per_peer as u64]).await;
 
     // The API server, from a third address, is answered every time.
@@ -699,21 +696,9 @@ async fn requests_kept_in_progress_do_not_shield_the_largest_holder() {
     // holds the rest of the slots, idle.
     let mut holders = tokio::task::JoinSet::new();
     let busy = hostile_peer(&mut holders, &webhook, loopback(2), Holding::Busy, 20);
-    webhook
-        .wait_for_metric(
-            r#"cheiron_connections_open{listener="webhook"}"#,
-            20.0,
-            Duration::from_secs(30),
-        )
-        .await;
+    webhook.wait_for_open_connections(20).await;
     let idle = hostile_peer(&mut holders, &webhook, loopback(3), Holding::IdleHttp1, 10);
-    webhook
-        .wait_for_metric(
-            r#"cheiron_connections_open{listener="webhook"}"#,
-            30.0,
-            Duration::from_secs(30),
-        )
-        .await;
+    webhook.wait_for_open_connections(30).await;
     wait_for_held(&[&busy, &idle], &[20, 10]).await;
 
     let answered = reviews_answered(&webhook, loopback(4), 20).await;

@@ -14,6 +14,33 @@ fn cluster(name: &str, created: &str, extra: &str) -> Result<Manager, Box<dyn st
     Ok(Manager::from_cluster(&m)?)
 }
 
+/// The plan of `m` (owner `u1`) wanting `pull` to hold `v1` in namespace `one`, the only
+/// claimant, over `existing`.
+fn plan_v1<S: SecretMetadata>(m: &Manager, existing: &[Arc<S>]) -> Plan {
+    plan(
+        m,
+        &owner("u1"),
+        &[want("pull", Some(b"v1"))],
+        &ns(&["one"]),
+        std::slice::from_ref(m),
+        existing,
+    )
+}
+
+/// `managedFields` of a copy cheiron labelled and `kubectl edit` then changed the data of.
+fn data_edited_by_kubectl() -> Vec<ManagedFieldsEntry> {
+    managed_fields(&[
+        (
+            "cheiron",
+            serde_json::json!({"f:metadata": {"f:labels": {}}}),
+        ),
+        (
+            "kubectl-edit",
+            serde_json::json!({"f:data": {"f:.dockerconfigjson": {}}}),
+        ),
+    ])
+}
+
 fn owner(uid: &str) -> OwnerReference {
     OwnerReference {
         api_version: "cheiron.anny.co/v1alpha1".into(),
@@ -106,14 +133,7 @@ fn creates_the_secret_in_every_target_namespace_with_labels_and_owner() -> TestR
 fn up_to_date_copies_are_not_written_again() -> TestResult {
     let m = cluster("a", "2026-01-01T00:00:00Z", "")?;
     let current = as_meta(secret("one", "pull", b"v1", &m.id, &owner("u1")));
-    let p = plan(
-        &m,
-        &owner("u1"),
-        &[want("pull", Some(b"v1"))],
-        &ns(&["one"]),
-        std::slice::from_ref(&m),
-        &[current],
-    );
+    let p = plan_v1(&m, &[current]);
     assert!(p.creates.is_empty() && p.updates.is_empty() && p.deletes.is_empty());
     assert_eq!(p.unchanged, 1);
     Ok(())
@@ -492,25 +512,9 @@ fn a_copy_whose_data_someone_else_wrote_is_written_again() -> TestResult {
     let m = cluster("a", "2026-01-01T00:00:00Z", "")?;
     let mut edited = secret("one", "pull", b"v1", &m.id, &owner("u1"));
     // The content-hash annotation still says v1, but `kubectl edit` changed the data.
-    edited.metadata.managed_fields = Some(managed_fields(&[
-        (
-            "cheiron",
-            serde_json::json!({"f:metadata": {"f:labels": {}}}),
-        ),
-        (
-            "kubectl-edit",
-            serde_json::json!({"f:data": {"f:.dockerconfigjson": {}}}),
-        ),
-    ]));
+    edited.metadata.managed_fields = Some(data_edited_by_kubectl());
     keep_data_owners(&mut edited.metadata);
-    let p = plan(
-        &m,
-        &owner("u1"),
-        &[want("pull", Some(b"v1"))],
-        &ns(&["one"]),
-        std::slice::from_ref(&m),
-        &[as_meta(edited)],
-    );
+    let p = plan_v1(&m, &[as_meta(edited)]);
     assert_eq!(names(&p.updates), ["one/pull"], "drift is repaired");
     assert_eq!(p.unchanged, 0);
     Ok(())
@@ -613,16 +617,7 @@ fn as_record(
 fn a_copy_cheiron_has_not_read_at_its_version_is_read_before_anything_is_written() -> TestResult {
     let m = cluster("a", "2026-01-01T00:00:00Z", "")?;
     let copy = || secret("one", "pull", b"v1", &m.id, &owner("u1"));
-    let planned = |record| {
-        plan(
-            &m,
-            &owner("u1"),
-            &[want("pull", Some(b"v1"))],
-            &ns(&["one"]),
-            std::slice::from_ref(&m),
-            &[record],
-        )
-    };
+    let planned = |record| plan_v1(&m, &[record]);
     // Changed by someone (or never seen by this controller): labels, owner and hash as wanted,
     // and `managedFields` naming only cheiron, yet the data may be anything.
     let p = planned(as_record(copy(), "8", false)?);
@@ -647,41 +642,18 @@ fn a_copy_cheiron_has_not_read_at_its_version_is_read_before_anything_is_written
 fn a_record_of_a_copy_another_field_manager_wrote_is_written_again_without_a_read() -> TestResult {
     let m = cluster("a", "2026-01-01T00:00:00Z", "")?;
     let mut edited = secret("one", "pull", b"v1", &m.id, &owner("u1"));
-    edited.metadata.managed_fields = Some(managed_fields(&[
-        (
-            "cheiron",
-            serde_json::json!({"f:metadata": {"f:labels": {}}}),
-        ),
-        (
-            "kubectl-edit",
-            serde_json::json!({"f:data": {"f:.dockerconfigjson": {}}}),
-        ),
-    ]));
+    edited.metadata.managed_fields = Some(data_edited_by_kubectl());
     let record = as_record(edited.clone(), "9", false)?;
     assert!(
         record.data_written_by_others(),
         "the record says what managedFields say"
     );
-    let p = plan(
-        &m,
-        &owner("u1"),
-        &[want("pull", Some(b"v1"))],
-        &ns(&["one"]),
-        std::slice::from_ref(&m),
-        &[record],
-    );
+    let p = plan_v1(&m, &[record]);
     assert_eq!(names(&p.updates), ["one/pull"], "drift is repaired");
     assert_eq!((p.repairs, p.unchanged, p.checks.len()), (1, 0, 0));
     // Once cheiron has written it (a field manager applying the same value may co-own the
     // data for good), the version it wrote is in step: no write at every resync.
-    let p = plan(
-        &m,
-        &owner("u1"),
-        &[want("pull", Some(b"v1"))],
-        &ns(&["one"]),
-        std::slice::from_ref(&m),
-        &[as_record(edited, "10", true)?],
-    );
+    let p = plan_v1(&m, &[as_record(edited, "10", true)?]);
     assert!(p.updates.is_empty() && p.checks.is_empty());
     assert_eq!(p.unchanged, 1);
     Ok(())

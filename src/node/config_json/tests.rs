@@ -167,6 +167,20 @@ fn plan_ok(
     plan(current, state, desired).map_err(|e| TestCaseError::fail(e.to_string()))
 }
 
+/// `desired` merged into `original`, the merged file, and its JSON value (`None`: nothing was
+/// written).
+fn merged_value(
+    original: Option<&[u8]>,
+    desired: &[(String, String)],
+) -> Result<Option<(Merge, serde_json::Value)>, TestCaseError> {
+    let merged = plan_ok(original, None, desired)?;
+    let Some(content) = merged.content.as_deref() else {
+        return Ok(None);
+    };
+    let value = serde_json::from_slice(content).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    Ok(Some((merged, value)))
+}
+
 proptest! {
     #[test]
     fn merge_then_removal_restores_the_original_exactly(
@@ -194,13 +208,12 @@ proptest! {
         indent in prop::sample::select(vec![None, Some("  "), Some("\t"), Some("    ")]),
     ) {
         let original = original.map(String::into_bytes);
-        let merged = plan_ok(original.as_deref(), None, &desired)?;
-        let Some(content) = merged.content.clone() else { return Ok(()) };
+        let Some((merged, value)) = merged_value(original.as_deref(), &desired)? else {
+            return Ok(());
+        };
         prop_assume!(merged.state.is_some());
-        let value: serde_json::Value = serde_json::from_slice(&content)
-            .map_err(|e| TestCaseError::fail(e.to_string()))?;
         let rewritten = reserialise(&value, reverse, indent);
-        prop_assert!(same_json(rewritten.as_bytes(), &content));
+        prop_assert!(same_json(rewritten.as_bytes(), merged.content.as_deref().unwrap_or_default()));
         let removed = plan_ok(Some(rewritten.as_bytes()), merged.state.as_ref(), &[])?;
         prop_assert_eq!(&removed.content, &original);
         prop_assert!(removed.state.is_none());
@@ -217,11 +230,10 @@ proptest! {
         reverse in any::<bool>(),
     ) {
         let original = original.map(String::into_bytes);
-        let merged = plan_ok(original.as_deref(), None, &desired)?;
-        let Some(content) = merged.content.clone() else { return Ok(()) };
+        let Some((merged, mut value)) = merged_value(original.as_deref(), &desired)? else {
+            return Ok(());
+        };
         prop_assume!(!merged.added.is_empty());
-        let mut value: serde_json::Value = serde_json::from_slice(&content)
-            .map_err(|e| TestCaseError::fail(e.to_string()))?;
         for key in &merged.added {
             if let Some(serde_json::Value::Object(entry)) = value["auths"].get_mut(key) {
                 entry.insert("email".to_owned(), serde_json::json!("ops@example.com"));

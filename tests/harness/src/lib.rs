@@ -33,6 +33,7 @@ pub mod review;
 mod scenario;
 pub mod service_proxy;
 pub mod source;
+pub mod stats;
 mod wait;
 mod webhook;
 pub mod workload;
