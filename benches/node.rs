@@ -147,14 +147,10 @@ async fn run(pods: usize) -> Result {
         .create(&PostParams::default(), &source)
         .await?;
     scenario
-        .apply_manager(&format!(
-            "
-apiVersion: cheiron.anny.co/v1alpha1
-kind: ClusterImagePullSecretManager
-metadata:
-  name: {name}
-spec:
-  mode: Pod
+        .apply_cluster_manager(
+            &scenario.unique_name("bench"),
+            &format!(
+                "  mode: Pod
   namespaceSelector:
     matchLabels:
       {TARGET}: {id}
@@ -164,10 +160,10 @@ spec:
       username: {user}
       passwordSecretRef: {{name: registry-password, key: password, namespace: {source_ns}}}
 ",
-            name = scenario.unique_name("bench"),
-            id = scenario.id(),
-            registry = node.registry.host,
-        ))
+                id = scenario.id(),
+                registry = node.registry.host,
+            ),
+        )
         .await?;
     let cheiron_ns = scenario
         .create_namespace(&[(TARGET, scenario.id())], &[])

@@ -22,14 +22,10 @@ async fn manager_with(t: &NodeTest, mode: &str, extra: &str) -> Result<(String, 
     t.password_secret(&source_ns, "registry-password", &password)
         .await?;
     t.scenario
-        .apply_manager(&format!(
-            "
-apiVersion: cheiron.anny.co/v1alpha1
-kind: ClusterImagePullSecretManager
-metadata:
-  name: {name}
-spec:
-  mode: {mode}
+        .apply_cluster_manager(
+            &t.scenario.unique_name("manager"),
+            &format!(
+                "  mode: {mode}
   namespaceSelector:
     matchLabels:
       {label}: {id}
@@ -39,11 +35,11 @@ spec:
       username: {user}
       passwordSecretRef: {{name: registry-password, key: password, namespace: {source_ns}}}
 {extra}",
-            name = t.scenario.unique_name("manager"),
-            label = crate::support::TARGET_LABEL,
-            id = t.scenario.id(),
-            registry = t.node.registry.host,
-        ))
+                label = crate::support::TARGET_LABEL,
+                id = t.scenario.id(),
+                registry = t.node.registry.host,
+            ),
+        )
         .await?;
     Ok((source_ns, user, password))
 }

@@ -109,14 +109,10 @@ async fn node_mode_a_plain_pod_in_an_untargeted_namespace_pulls_through_the_kube
         .await?;
     let manager = t
         .scenario
-        .apply_manager(&format!(
-            "
-apiVersion: cheiron.anny.co/v1alpha1
-kind: ClusterImagePullSecretManager
-metadata:
-  name: {name}
-spec:
-  mode: Node
+        .apply_cluster_manager(
+            &t.scenario.unique_name("node-manager"),
+            &format!(
+                "  mode: Node
   nodeSelector: {{}}
   secrets:
     - name: node-registry
@@ -124,9 +120,9 @@ spec:
       username: {user}
       passwordSecretRef: {{name: registry-password, key: password, namespace: {source_ns}}}
 ",
-            name = t.scenario.unique_name("node-manager"),
-            registry = t.node.node_mode_host,
-        ))
+                registry = t.node.node_mode_host,
+            ),
+        )
         .await?;
     until_file_holds(&t, Some((&user, &password))).await?;
     // Past the plugin's cached answer of the refused pull (docs/node.md).

@@ -71,14 +71,10 @@ async fn short_lived_provider_credentials_keep_plain_pods_pulling_across_rotatio
         registry.set_password(&format!("user-{n}"), &format!("pass-{n}"))?;
     }
     t.scenario
-        .apply_manager(&format!(
-            "
-apiVersion: cheiron.anny.co/v1alpha1
-kind: ClusterImagePullSecretManager
-metadata:
-  name: {name}
-spec:
-  mode: ServiceAccount
+        .apply_cluster_manager(
+            &t.scenario.unique_name("short-lived"),
+            &format!(
+                "  mode: ServiceAccount
   namespaceSelector:
     matchLabels:
       {TARGET_LABEL}: {id}
@@ -87,10 +83,10 @@ spec:
       credentialProvider:
         image: {image}
 ",
-            name = t.scenario.unique_name("short-lived"),
-            id = t.scenario.id(),
-            image = t.node.image,
-        ))
+                id = t.scenario.id(),
+                image = t.node.image,
+            ),
+        )
         .await?;
     let ns = t.target_namespace().await?;
     let mut current = until_copy_above(&t, &ns, first - 1).await?;

@@ -112,6 +112,15 @@ impl Scenario {
         Ok(name)
     }
 
+    /// Server-side applies the ClusterImagePullSecretManager `name` whose spec is `spec` (YAML,
+    /// indented by two spaces).
+    pub async fn apply_cluster_manager(&self, name: &str, spec: &str) -> Result<DynamicObject> {
+        self.apply_manager(&format!(
+            "apiVersion: cheiron.anny.co/v1alpha1\nkind: ClusterImagePullSecretManager\nmetadata:\n  name: {name}\nspec:\n{spec}"
+        ))
+        .await
+    }
+
     /// Server-side applies a manager of either kind, written as YAML (a namespaced one must
     /// name its namespace). Applying it again with a changed spec updates it.
     pub async fn apply_manager(&self, yaml: &str) -> Result<DynamicObject> {
