@@ -158,29 +158,41 @@ static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
 /// The cluster running `cheiron`, started on the first call (which blocks until it is up or has
 /// failed; every later call returns the same outcome).
 pub fn start(cheiron: Cheiron) -> Result<&'static Cluster> {
-    let cluster = CLUSTER.get_or_init(|| {
-        // Started on a thread with its own runtime: the calling test's runtime ends with the test.
-        let started = std::thread::Builder::new()
-            .name("e2e-cluster".to_owned())
-            .spawn(move || -> Result<Cluster, String> {
-                let dir = run_dir(cheiron)
-                    .map_err(|e| format!("cannot create the run directory: {e}"))?;
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| e.to_string())?;
-                runtime
-                    .block_on(Cluster::start(cheiron, dir.clone()))
-                    .map_err(|e| format!("{e}\n(files and logs of this run: {})", dir.display()))
-            });
-        match started {
-            Ok(handle) => handle
-                .join()
-                .unwrap_or_else(|_| Err("the cluster start-up thread panicked".to_owned())),
-            Err(e) => Err(format!("cannot spawn the cluster start-up thread: {e}")),
-        }
-    });
+    let cluster = CLUSTER.get_or_init(|| start_on_own_thread("cluster", cheiron, Cluster::start));
     outcome(cluster)
+}
+
+/// Runs `start` in a fresh run directory on a thread of its own, with a runtime of its own (the
+/// calling test's runtime ends with the test, and what `start` spawns must outlive it), and
+/// returns its outcome, naming the run directory on failure. `what` names the thread.
+pub(crate) fn start_on_own_thread<T, Fut>(
+    what: &str,
+    cheiron: Cheiron,
+    start: fn(Cheiron, PathBuf) -> Fut,
+) -> Result<T, String>
+where
+    T: Send + 'static,
+    Fut: std::future::Future<Output = Result<T>> + 'static,
+{
+    let started = std::thread::Builder::new()
+        .name(format!("{what}-start"))
+        .spawn(move || -> Result<T, String> {
+            let dir =
+                run_dir(cheiron).map_err(|e| format!("cannot create the run directory: {e}"))?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            runtime
+                .block_on(start(cheiron, dir.clone()))
+                .map_err(|e| format!("{e}\n(files and logs of this run: {})", dir.display()))
+        });
+    match started {
+        Ok(handle) => handle
+            .join()
+            .unwrap_or_else(|_| Err(format!("the {what} start-up thread panicked"))),
+        Err(e) => Err(format!("cannot spawn the {what} start-up thread: {e}")),
+    }
 }
 
 /// The cluster a [`Scenario::new`] has started.

@@ -26,7 +26,6 @@ use rcgen::{
 
 use super::{
     Cheiron, Result,
-    cluster::run_dir,
     control_plane::{ControlPlane, ControlPlaneOptions, free_ports, random_token},
     controller::{CheironProcess, Host, READY_WITHIN, SHARED_CONTROLLER_ARGS},
     process::{Process, log_tail},
@@ -470,29 +469,7 @@ impl NodeCluster {
         // Before anything else: as another user, say so rather than fail on a side effect.
         require_root()?;
         let cluster = NODE_CLUSTER.get_or_init(|| {
-            let started = std::thread::Builder::new()
-                .name("node-cluster".to_owned())
-                .spawn(move || -> Result<NodeCluster, String> {
-                    let dir = run_dir(cheiron)
-                        .map_err(|e| format!("cannot create the run directory: {e}"))?;
-                    let runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .map_err(|e| e.to_string())?;
-                    runtime
-                        .block_on(Self::start_in(cheiron, dir.clone()))
-                        .map_err(|e| {
-                            format!("{e}\n(files and logs of this run: {})", dir.display())
-                        })
-                });
-            match started {
-                Ok(handle) => handle.join().unwrap_or_else(|_| {
-                    Err("the node cluster start-up thread panicked".to_owned())
-                }),
-                Err(e) => Err(format!(
-                    "cannot spawn the node cluster start-up thread: {e}"
-                )),
-            }
+            super::cluster::start_on_own_thread("node cluster", cheiron, Self::start_in)
         });
         cluster
             .as_ref()
