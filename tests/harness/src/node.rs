@@ -19,10 +19,7 @@ use base64::Engine;
 use cheiron::install::{WebhookClient, WebhookRegistration};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{Api, Client, api::PostParams};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
+use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair, KeyUsagePurpose};
 
 use super::{
     Cheiron, Result,
@@ -660,19 +657,7 @@ struct NodePki {
 impl NodePki {
     fn generate(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
-        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "cheiron node tests client CA");
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_key = KeyPair::generate()?;
-        let ca_cert = ca_params.self_signed(&ca_key)?;
-        let issuer = Issuer::new(ca_params, ca_key);
+        let (ca_cert, issuer) = super::webhook::test_ca("cheiron node tests client CA")?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params
             .distinguished_name

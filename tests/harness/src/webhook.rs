@@ -39,23 +39,28 @@ pub struct WebhookCertificates {
     pub ca_pem: String,
 }
 
+/// A self-signed test CA named `common_name`: its certificate, and the issuer that signs with it.
+pub(crate) fn test_ca(common_name: &str) -> Result<(rcgen::Certificate, Issuer<'static, KeyPair>)> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let key = KeyPair::generate()?;
+    let cert = params.self_signed(&key)?;
+    Ok((cert, Issuer::new(params, key)))
+}
+
 impl WebhookCertificates {
     /// Generates both with rcgen into `dir`.
     pub fn generate(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
-        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "cheiron e2e CA");
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_key = KeyPair::generate()?;
-        let ca_cert = ca_params.self_signed(&ca_key)?;
-        let issuer = Issuer::new(ca_params, ca_key);
+        let (ca_cert, issuer) = test_ca("cheiron e2e CA")?;
 
         let mut leaf_params =
             CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?;
