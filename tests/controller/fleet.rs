@@ -1197,3 +1197,50 @@ async fn a_workload_server_paging_without_end_is_cut_off_at_the_page_cap() -> Re
     good.stop();
     Ok(())
 }
+
+/// Without `--fleet-select-by-secret-labels`, a kubeconfig Secret's own labels select nothing
+/// (docs/fleet.md, "Who can enrol a cluster"): whoever may write a Secret in a fleet namespace
+/// cannot enrol a cluster by labelling it as a manager selects; a Cluster API `Cluster` of its
+/// name would have to. The planted server is never asked anything, and no status lists it.
+#[tokio::test]
+async fn without_the_flag_a_kubeconfig_secrets_own_labels_enrol_no_cluster() -> Result {
+    let s = ControllerScenario::without_shared_controller("fleet-labels").await?;
+    let planted = RefusingServer::start("a planted cluster").await?;
+    let own = s.create_namespace(&[], &[]).await?;
+    let name = s.unique_name("planted");
+    write_prod_kubeconfig(&s, &own, &name, &planted.kubeconfig(&name)).await?;
+    let sources = s.create_namespace(&[], &[]).await?;
+    let v1 = json!({"registry.example.com": registry_entry("fleet", "v1", None)});
+    s.create_secret(&sources, &dockerconfigjson_secret(COPY, &v1))
+        .await?;
+    // No --fleet-select-by-secret-labels; insecure allowed, so only the labels rule is tested.
+    let controller = CheironProcess::controller(
+        &s.unique_name("fleet-labels"),
+        &[
+            "--no-leader-election",
+            "--resync",
+            "10",
+            "--fleet",
+            "--fleet-namespace",
+            own.as_str(),
+            "--fleet-allow-insecure",
+        ],
+    )?;
+    controller
+        .wait_for_admin_status("/readyz", 200, READY_WITHIN)
+        .await?;
+    let manager = apply_prod_manager(&s, "fleet-labels", &sources, false).await?;
+    s.until_status(&manager, "its generation observed", |_| true)
+        .await?;
+    // A full resync later, the planted cluster is still not enrolled.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let (_, status) = s.manager_status(&manager).await?;
+    assert!(
+        status.clusters.is_empty(),
+        "a Secret's labels enrolled {:?}",
+        status.clusters
+    );
+    assert_eq!(planted.requests(), 0, "the planted server was asked");
+    controller.check_running()?;
+    Ok(())
+}
