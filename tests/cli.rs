@@ -572,3 +572,82 @@ fn controller_and_webhook_start_up_failures_are_one_line_at_the_default_log_leve
     assert_one_line_error(&self_signed, &port);
     Ok(())
 }
+
+/// A stand-in for a cluster serving cheiron's CRDs to an identity that may not list Secrets
+/// (the split install's webhook): empty lists, and a SelfSubjectAccessReview denied. Serves
+/// `requests` requests; returns a kubeconfig for it, written in `dir`.
+fn secretless_cluster(dir: &std::path::Path, requests: usize) -> std::io::Result<PathBuf> {
+    use std::io::{BufRead, BufReader, Read};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(requests).flatten() {
+            let mut reader = BufReader::new(&stream);
+            let (mut line, mut first, mut length) = (String::new(), String::new(), 0usize);
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                if first.is_empty() {
+                    first = line.clone();
+                }
+                if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+                line.clear();
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            let answer = if first.contains("selfsubjectaccessreviews") {
+                r#"{"apiVersion":"authorization.k8s.io/v1","kind":"SelfSubjectAccessReview","metadata":{},"spec":{},"status":{"allowed":false}}"#
+            } else {
+                r#"{"apiVersion":"meta.k8s.io/v1","kind":"PartialObjectMetadataList","metadata":{"resourceVersion":"1"},"items":[]}"#
+            };
+            let _ = (&stream).write_all(
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                    answer.len()
+                )
+                .as_bytes(),
+            );
+        }
+    });
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+             clusters: [{{name: c, cluster: {{server: \"http://127.0.0.1:{port}\"}}}}]\n\
+             users: [{{name: u, user: {{}}}}]\n\
+             contexts: [{{name: c, context: {{cluster: c, user: u}}}}]\n"
+        ),
+    )?;
+    Ok(kubeconfig)
+}
+
+/// In cluster mode, an identity that may not list Secrets is worth an INFO line on a
+/// successful start; a webhook whose port is taken fails in exactly one line all the same:
+/// the addresses are bound before the cluster source starts.
+#[test]
+fn a_cluster_mode_webhook_whose_port_is_taken_fails_in_one_line() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = secretless_cluster(dir.path(), 16)?;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = taken.local_addr()?.to_string();
+    let webhook = cheiron_at_info(
+        &[
+            "webhook",
+            "--self-signed",
+            "--listen",
+            &port,
+            "--admin-listen",
+            "127.0.0.1:0",
+        ],
+        &kubeconfig,
+    )?;
+    assert_one_line_error(&webhook, &port);
+    assert!(
+        !stderr(&webhook).contains("may not list Secrets"),
+        "{}",
+        stderr(&webhook)
+    );
+    Ok(())
+}

@@ -142,6 +142,17 @@ pub struct ControllerArgs {
         env = "CHEIRON_FLEET_MAX_RESPONSE_BYTES"
     )]
     pub fleet_max_response_bytes: usize,
+    /// With --fleet: most pages of one list of a workload cluster (500 objects a page); the
+    /// page past it is not asked for, and the cluster is reported until the list completes.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = controller::fleet::DEFAULT_MAX_LIST_PAGES,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000),
+        requires = "fleet",
+        env = "CHEIRON_FLEET_MAX_LIST_PAGES"
+    )]
+    pub fleet_max_list_pages: usize,
     /// With --fleet: how long after a ClusterImagePullSecretManager's deletion its cleanup in
     /// a workload cluster that does not answer (or refuses) is retried; then its finalizer is
     /// released with a Warning Event naming the clusters where copies were left.
@@ -269,6 +280,7 @@ impl ControllerArgs {
             fleet_allow_insecure,
             fleet_max_clusters,
             fleet_max_response_bytes,
+            fleet_max_list_pages,
         } = self;
         let instance = pod_name
             .or_else(|| std::env::var("HOSTNAME").ok())
@@ -297,6 +309,7 @@ impl ControllerArgs {
                 allow_insecure: fleet_allow_insecure,
                 max_clusters: fleet_max_clusters,
                 max_response_bytes: fleet_max_response_bytes,
+                max_list_pages: fleet_max_list_pages,
             },
             missing_secret_grace: Duration::from_secs(missing_secret_grace),
             ..ControllerOptions::default()

@@ -258,6 +258,17 @@ impl ServeArgs {
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
+        self.prepare(client)
+            .await?
+            .serve(source, metrics, shutdown)
+            .await?;
+        Ok(())
+    }
+
+    /// Everything of the webhook's start-up that can fail (the certificate, both addresses
+    /// bound), before a source is started: a failure is then one line, with no INFO line
+    /// before it. `client` (cluster mode) also reviews `/metrics` tokens.
+    pub async fn prepare(self, client: Option<&kube::Client>) -> anyhow::Result<webhook::Prepared> {
         let Self {
             listen,
             admin,
@@ -276,8 +287,7 @@ impl ServeArgs {
         let config = options
             .with_limits(handshake_timeout, limits)
             .with_metrics_access(metrics_access);
-        webhook::run(config, source, metrics, shutdown).await?;
-        Ok(())
+        Ok(webhook::prepare(config).await?)
     }
 }
 
@@ -349,22 +359,24 @@ impl WebhookArgs {
     /// Serves until `shutdown` is cancelled and connections have drained.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let Self { serve, from } = self;
-        let (source, client): (Arc<dyn Source>, _) = if from.is_empty() {
+        let metrics = Arc::new(Metrics::new());
+        if from.is_empty() {
             let client = kube::Client::try_default().await.context(
                 "cannot reach the cluster (set KUBECONFIG, run in a Pod, or use --from for static mode)",
             )?;
+            // Bound first: the source logs what it found out about this identity, and a
+            // failure after that line would be two lines.
+            let prepared = serve.prepare(Some(&client)).await?;
             let (source, watches) = ClusterSource::start(client.clone()).await?;
             tokio::spawn(watches);
-            (source, Some(client))
+            prepared.serve(source, metrics, shutdown).await?;
         } else {
             let source = FileSource::load(&from)?;
             // Debug: an info line here would come before a start-up failure's one line.
             tracing::debug!(paths = ?from, "static mode");
-            (Arc::new(source), None)
-        };
-        serve
-            .run(source, client.as_ref(), Arc::new(Metrics::new()), shutdown)
-            .await
+            serve.run(Arc::new(source), None, metrics, shutdown).await?;
+        }
+        Ok(())
     }
 }
 

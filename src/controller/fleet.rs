@@ -17,10 +17,12 @@
 //! own by default), a kubeconfig Secret's own labels select nothing unless
 //! `--fleet-select-by-secret-labels` says they may, a kubeconfig skipping TLS verification or
 //! naming a plain `http://` server is refused without `--fleet-allow-insecure`, at most
-//! `--fleet-max-clusters` clusters are connected to, and nothing a workload cluster answers is
-//! shown ([`guard`]).
+//! `--fleet-max-clusters` clusters are connected to, nothing a workload cluster answers is
+//! shown ([`guard`]), and none of its lists takes more than `--fleet-max-list-pages` pages
+//! ([`pages`]).
 
 pub(super) mod guard;
+mod pages;
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -86,10 +88,11 @@ pub const CAPI_CLUSTERS_CRD: &str = "clusters.cluster.x-k8s.io";
 pub const DEFAULT_MAX_CLUSTERS: usize = 100;
 
 pub use guard::DEFAULT_MAX_RESPONSE_BYTES;
+pub use pages::DEFAULT_MAX_LIST_PAGES;
 
 /// Settings of the fleet (`--fleet`, `--fleet-namespace`, `--fleet-cleanup-timeout`,
 /// `--fleet-select-by-secret-labels`, `--fleet-allow-insecure`, `--fleet-max-clusters`,
-/// `--fleet-max-response-bytes`).
+/// `--fleet-max-response-bytes`, `--fleet-max-list-pages`).
 #[derive(Clone, Debug)]
 pub struct FleetOptions {
     /// Whether to act in workload clusters at all (reading kubeconfig Secrets needs RBAC the
@@ -110,6 +113,8 @@ pub struct FleetOptions {
     pub max_clusters: usize,
     /// Most bytes of one answer of a workload cluster.
     pub max_response_bytes: usize,
+    /// Most pages of one list of a workload cluster.
+    pub max_list_pages: usize,
 }
 
 impl Default for FleetOptions {
@@ -122,6 +127,7 @@ impl Default for FleetOptions {
             allow_insecure: false,
             max_clusters: DEFAULT_MAX_CLUSTERS,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            max_list_pages: DEFAULT_MAX_LIST_PAGES,
         }
     }
 }
@@ -271,6 +277,9 @@ pub(super) struct Workload {
     /// The context a reconcile writes through there.
     pub ctx: Arc<Context>,
     routing: AbortHandle,
+    /// The pages of its lists: one cut off at the bound makes the cluster unusable until it
+    /// completes.
+    pages: pages::ListPages,
 }
 
 impl Drop for Workload {
@@ -492,11 +501,16 @@ impl Fleet {
                 continue;
             }
             let role = match (&member.workload, selected) {
-                (Some(Ok(w)), true) => Role::Selected(w.clone()),
                 // Cleaned only where the manager may have copies: a manager that never selected
                 // the cluster has nothing to clean there, and must not be held up (or report
                 // it, or keep its connection) when the cluster is down.
-                (Some(Ok(w)), false) if holds(name) => Role::Unselected(w.clone()),
+                // A list cut off at `--fleet-max-list-pages`: reported, and retried on the
+                // backoff of a failing cluster (its watches list again on theirs).
+                (Some(Ok(w)), selected) if selected || holds(name) => match w.pages.refused() {
+                    Some(why) => Role::Unusable { why, selected },
+                    None if selected => Role::Selected(w.clone()),
+                    None => Role::Unselected(w.clone()),
+                },
                 (Some(Err(why)), selected) if selected || holds(name) => Role::Unusable {
                     why: why.clone(),
                     selected,
@@ -766,15 +780,17 @@ impl Fleet {
         let text = std::str::from_utf8(&value.0)
             .map_err(|_| format!("key {KUBECONFIG_KEY} of its kubeconfig Secret is not text"))?;
         let config = client_config(text, self.options.allow_insecure).await?;
+        let pages = pages::ListPages::new(self.options.max_list_pages);
         let client = kube::client::ClientBuilder::try_from(config)
             .map_err(|_| "no client can be built from its kubeconfig".to_owned())?
             .with_layer(&guard::layer(self.options.max_response_bytes))
+            .with_layer(&pages)
             .build();
-        Ok(self.workload(name, client))
+        Ok(self.workload(name, client, pages))
     }
 
     /// The caches, watches and context of one workload cluster reached through `client`.
-    fn workload(&self, name: &str, client: Client) -> Workload {
+    fn workload(&self, name: &str, client: Client, pages: pages::ListPages) -> Workload {
         let (triggers, namespaced, secrets, service_accounts) = (
             self.triggers.clone(),
             // No namespaced manager acts in a workload cluster.
@@ -819,6 +835,7 @@ impl Fleet {
             name: name.to_owned(),
             ctx,
             routing,
+            pages,
         }
     }
 

@@ -212,17 +212,26 @@ impl WebhookState {
     }
 }
 
-/// Runs the webhook until `shutdown` is cancelled and connections have drained: loads or
-/// generates the certificate (and reloads it from `--tls-cert-dir` when the directory changes, re-reading every
-/// [`RELOAD_PERIOD`] as a fallback),
-/// binds both addresses and [`serve`]s. Plain [`WebhookOptions`] serve with the default
-/// limits; [`WebhookOptions::with_limits`] sets others.
+/// Runs the webhook until `shutdown` is cancelled and connections have drained: [`prepare`]s
+/// it, then [`Prepared::serve`]s. Plain [`WebhookOptions`] serve with the default limits;
+/// [`WebhookOptions::with_limits`] sets others.
 pub async fn run(
     config: impl Into<WebhookConfig>,
     source: Arc<dyn Source>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> Result<(), WebhookError> {
+    prepare(config)
+        .await?
+        .serve(source, metrics, shutdown)
+        .await
+}
+
+/// Loads or generates the certificate (and reloads it from `--tls-cert-dir` when the
+/// directory changes, re-reading every [`RELOAD_PERIOD`] as a fallback) and binds both
+/// addresses: everything of the webhook's start-up that can fail, so that a command does it
+/// before starting anything that logs (a cluster source), and a failure stays one line.
+pub async fn prepare(config: impl Into<WebhookConfig>) -> Result<Prepared, WebhookError> {
     let WebhookConfig {
         options:
             WebhookOptions {
@@ -237,7 +246,7 @@ pub async fn run(
     } = config.into();
     // Stops the reloader when serving ends, whichever way.
     let reloading = CancellationToken::new();
-    let _stop_reloading = reloading.clone().drop_guard();
+    let stop_reloading = reloading.clone().drop_guard();
     let self_signed = matches!(tls, TlsSource::SelfSigned);
     let certificate = match tls {
         TlsSource::SelfSigned => Arc::new(CertResolver::self_signed()?),
@@ -251,15 +260,14 @@ pub async fn run(
         webhook: bind(listen).await?,
         admin: bind(admin_listen).await?,
     };
-    // The first info line, once nothing at start-up can fail: a failure is one line.
-    tracing::info!(%listen, %admin_listen, not_after = certificate.not_after(), self_signed, "webhook serving");
-    serve(
+    Ok(Prepared {
+        listen,
+        admin_listen,
         listeners,
         certificate,
-        source,
-        metrics,
-        shutdown,
-        Tuning {
+        self_signed,
+        _stop_reloading: stop_reloading,
+        tuning: Tuning {
             timing: Timing {
                 handshake_timeout,
                 ..Timing::new(shutdown_delay)
@@ -267,8 +275,42 @@ pub async fn run(
             limits,
             metrics_access,
         },
-    )
-    .await
+    })
+}
+
+/// A webhook whose certificate is loaded and whose addresses are bound ([`prepare`]).
+pub struct Prepared {
+    listen: SocketAddr,
+    admin_listen: SocketAddr,
+    listeners: Listeners,
+    certificate: Arc<CertResolver>,
+    self_signed: bool,
+    _stop_reloading: tokio_util::sync::DropGuard,
+    tuning: Tuning,
+}
+
+impl Prepared {
+    /// Serves admission from `source` until `shutdown` is cancelled and connections have
+    /// drained.
+    pub async fn serve(
+        self,
+        source: Arc<dyn Source>,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+    ) -> Result<(), WebhookError> {
+        let Self {
+            listen,
+            admin_listen,
+            listeners,
+            certificate,
+            self_signed,
+            _stop_reloading,
+            tuning,
+        } = self;
+        // The first info line of the webhook, once nothing at start-up can fail.
+        tracing::info!(%listen, %admin_listen, not_after = certificate.not_after(), self_signed, "webhook serving");
+        serve(listeners, certificate, source, metrics, shutdown, tuning).await
+    }
 }
 
 async fn bind(address: SocketAddr) -> Result<TcpListener, WebhookError> {

@@ -20,7 +20,10 @@ use crate::{
         Result,
         controller::{CheironProcess, READY_WITHIN},
         wait_for,
-        workload::{RefusingServer, WorkloadCluster, install_capi_crd, write_kubeconfig_secret},
+        workload::{
+            PagingServer, RefusingServer, WorkloadCluster, install_capi_crd,
+            write_kubeconfig_secret,
+        },
     },
     scenario::{ControllerScenario, ManagerRef, TARGET_LABEL, describe_ready},
 };
@@ -1109,6 +1112,135 @@ async fn a_workload_servers_answer_is_never_shown_and_clusters_beyond_the_cap_ar
     );
     let lines: Vec<&str> = log.lines().filter(|l| l.contains(MARKER)).collect();
     assert!(lines.is_empty(), "the body is logged: {lines:?}");
+    controller.check_running()?;
+    Ok(())
+}
+
+/// The audit's LOW finding on the size of a hostile workload apiserver's lists: a server that
+/// answers every page of a list with one more `continue` token is asked for at most
+/// `--fleet-max-list-pages` pages per list (its watches then back off and list again), the
+/// cluster is reported with the flag's name, and the manager keeps a real workload cluster in
+/// step meanwhile.
+#[tokio::test]
+async fn a_workload_server_paging_without_end_is_cut_off_at_the_page_cap() -> Result {
+    const MAX_PAGES: usize = 5;
+    let s = ControllerScenario::without_shared_controller("fleet-paging").await?;
+    let cluster = s.cluster()?;
+    let mut good = cluster.start_workload(&s.unique_name("good")).await?;
+    let endless = PagingServer::start().await?;
+    let own = s.create_namespace(&[], &[]).await?;
+    let paging = s.unique_name("paging");
+    write_prod_kubeconfig(&s, &own, &paging, &endless.kubeconfig(&paging)).await?;
+    write_prod_kubeconfig(&s, &own, &good.name, &good.kubeconfig()).await?;
+    let apps = s.unique_name("apps");
+    workload_namespace(&good.client()?, s.id(), &apps).await?;
+    let sources = s.create_namespace(&[], &[]).await?;
+    let v1 = json!({"registry.example.com": registry_entry("fleet", "v1", None)});
+    s.create_secret(&sources, &dockerconfigjson_secret(COPY, &v1))
+        .await?;
+    let max_pages = MAX_PAGES.to_string();
+    let controller = start_fleet_controller(
+        &s,
+        "fleet-paging",
+        &own,
+        &[
+            "--fleet-allow-insecure",
+            "--fleet-max-list-pages",
+            &max_pages,
+        ],
+    )?;
+    controller
+        .wait_for_admin_status("/readyz", 200, READY_WITHIN)
+        .await?;
+    let manager = apply_prod_manager(&s, "fleet-paging", &sources, false).await?;
+
+    let refused = until_cluster_status(
+        &s,
+        &manager,
+        &paging,
+        |c| match &c.message {
+            Some(m)
+                if !c.ready
+                    && m.contains("--fleet-max-list-pages")
+                    && m.contains(&format!("more than {MAX_PAGES} pages")) =>
+            {
+                Ok(())
+            }
+            _ => Err(format!("{c:?}").into()),
+        },
+        REACH,
+    )
+    .await?;
+    println!("refused: {refused:?}");
+    s.until_event_about_manager(&manager, "WorkloadClusterUnreachable")
+        .await?;
+    // The other cluster is kept in step meanwhile.
+    until_synced(&good, &apps, &v1, REACH).await?;
+    until_cluster_status(&s, &manager, &good.name, is_ready, REACH).await?;
+    // Its watches list again on their backoff, never past the cap.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let (run, path) = endless.longest_run();
+    assert!(run > 0, "the controller never paged");
+    assert!(
+        run < MAX_PAGES,
+        "{path} was asked for {} pages in a row",
+        run + 1
+    );
+    let (_, status) = s.manager_status(&manager).await?;
+    let entry = status
+        .clusters
+        .iter()
+        .find(|c| c.name.ends_with(&format!("/{paging}")))
+        .ok_or("the paging cluster is no longer reported")?;
+    assert!(!entry.ready, "{entry:?}");
+    controller.check_running()?;
+    good.stop();
+    Ok(())
+}
+
+/// Without `--fleet-select-by-secret-labels`, a kubeconfig Secret's own labels select nothing
+/// (docs/fleet.md, "Who can enrol a cluster"): whoever may write a Secret in a fleet namespace
+/// cannot enrol a cluster by labelling it as a manager selects; a Cluster API `Cluster` of its
+/// name would have to. The planted server is never asked anything, and no status lists it.
+#[tokio::test]
+async fn without_the_flag_a_kubeconfig_secrets_own_labels_enrol_no_cluster() -> Result {
+    let s = ControllerScenario::without_shared_controller("fleet-labels").await?;
+    let planted = RefusingServer::start("a planted cluster").await?;
+    let own = s.create_namespace(&[], &[]).await?;
+    let name = s.unique_name("planted");
+    write_prod_kubeconfig(&s, &own, &name, &planted.kubeconfig(&name)).await?;
+    let sources = s.create_namespace(&[], &[]).await?;
+    let v1 = json!({"registry.example.com": registry_entry("fleet", "v1", None)});
+    s.create_secret(&sources, &dockerconfigjson_secret(COPY, &v1))
+        .await?;
+    // No --fleet-select-by-secret-labels; insecure allowed, so only the labels rule is tested.
+    let controller = CheironProcess::controller(
+        &s.unique_name("fleet-labels"),
+        &[
+            "--no-leader-election",
+            "--resync",
+            "10",
+            "--fleet",
+            "--fleet-namespace",
+            own.as_str(),
+            "--fleet-allow-insecure",
+        ],
+    )?;
+    controller
+        .wait_for_admin_status("/readyz", 200, READY_WITHIN)
+        .await?;
+    let manager = apply_prod_manager(&s, "fleet-labels", &sources, false).await?;
+    s.until_status(&manager, "its generation observed", |_| true)
+        .await?;
+    // A full resync later, the planted cluster is still not enrolled.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let (_, status) = s.manager_status(&manager).await?;
+    assert!(
+        status.clusters.is_empty(),
+        "a Secret's labels enrolled {:?}",
+        status.clusters
+    );
+    assert_eq!(planted.requests(), 0, "the planted server was asked");
     controller.check_running()?;
     Ok(())
 }

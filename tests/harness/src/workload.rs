@@ -339,3 +339,87 @@ impl RefusingServer {
         )
     }
 }
+
+/// A hostile "workload cluster" that never finishes a list: a plain `http://` listener that
+/// answers `/version` as a kube-apiserver does and every other request with an empty page
+/// of a list holding a `continue` token, so a client that follows the tokens lists forever.
+/// It counts, per path, the pages asked for in a row after a first one.
+pub struct PagingServer {
+    /// `http://127.0.0.1:PORT`.
+    pub server: String,
+    runs: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, (usize, usize)>>>,
+}
+
+impl PagingServer {
+    /// Starts it on a free port.
+    pub async fn start() -> Result<Self> {
+        use std::sync::{Arc, Mutex};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let server = format!("http://{}", listener.local_addr()?);
+        let runs: Arc<Mutex<std::collections::BTreeMap<String, (usize, usize)>>> = Arc::default();
+        let counted = runs.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 65_536 {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&head);
+                    let target = head.split(' ').nth(1).unwrap_or("/").to_owned();
+                    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+                    let body = if path == "/version" {
+                        r#"{"major":"1","minor":"34","gitVersion":"v1.34.0","platform":"linux/amd64"}"#
+                            .to_owned()
+                    } else {
+                        let next = query.split('&').any(|p| p.starts_with("continue="));
+                        if let Ok(mut runs) = counted.lock() {
+                            let (run, longest) = runs.entry(path.to_owned()).or_default();
+                            *run = if next { *run + 1 } else { 0 };
+                            *longest = (*longest).max(*run);
+                        }
+                        r#"{"kind":"List","apiVersion":"v1","metadata":{"resourceVersion":"1","continue":"more"},"items":[]}"#
+                            .to_owned()
+                    };
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        Ok(Self { server, runs })
+    }
+
+    /// The most pages asked for in a row after a first one, of any list, and the path.
+    pub fn longest_run(&self) -> (usize, String) {
+        self.runs
+            .lock()
+            .map(|runs| {
+                runs.iter()
+                    .map(|(path, (_, longest))| (*longest, path.clone()))
+                    .max()
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default()
+    }
+
+    /// A kubeconfig of a cluster `name` at this server, a token inline.
+    pub fn kubeconfig(&self, name: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {server}\n\
+             users:\n- name: {name}-admin\n  user:\n    token: hostile-cluster-token\n\
+             contexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}-admin\n\
+             current-context: {name}\n",
+            server = self.server,
+        )
+    }
+}
