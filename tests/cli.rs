@@ -623,6 +623,30 @@ fn secretless_cluster(dir: &std::path::Path, requests: usize) -> std::io::Result
     Ok(kubeconfig)
 }
 
+/// `cheiron run` (webhook and controller in one process) whose webhook port is taken fails in
+/// exactly one line too: the addresses are bound before the controller and the source start.
+#[test]
+fn cheiron_run_whose_port_is_taken_fails_in_one_line() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = secretless_cluster(dir.path(), 16)?;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = taken.local_addr()?.to_string();
+    let run = cheiron_at_info(
+        &[
+            "run",
+            "--self-signed",
+            "--listen",
+            &port,
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--no-leader-election",
+        ],
+        &kubeconfig,
+    )?;
+    assert_one_line_error(&run, &port);
+    Ok(())
+}
+
 /// In cluster mode, an identity that may not list Secrets is worth an INFO line on a
 /// successful start; a webhook whose port is taken fails in exactly one line all the same:
 /// the addresses are bound before the cluster source starts.

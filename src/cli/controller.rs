@@ -438,6 +438,9 @@ impl RunCommand {
             controller,
         } = self;
         let client = client().await?;
+        // Bound first, before the controller and the source start and log: a failure to
+        // listen is then one line.
+        let prepared = webhook.prepare(Some(&client)).await?;
         let metrics = Arc::new(Metrics::new());
         let ready = Arc::new(ControllerReady::default());
         let controller_task = {
@@ -449,9 +452,8 @@ impl RunCommand {
         let served = async {
             let (source, watches) = ClusterSource::start(client.clone()).await?;
             tokio::spawn(watches);
-            webhook
-                .run(source, Some(&client), metrics, shutdown.clone())
-                .await
+            prepared.serve(source, metrics, shutdown.clone()).await?;
+            anyhow::Ok(())
         }
         .await;
         shutdown.cancel();
