@@ -79,8 +79,12 @@ pub async fn keep(
     namespace: String,
     reporter: Reporter,
 ) {
-    // Nothing is watched in a cluster that does not use mode Node.
-    while !managers.state().iter().any(|m| m.spec.mode == Mode::Node) {
+    // Nothing is watched in a cluster that does not use mode Node: no mode Node manager and no
+    // node report (a report outlives its managers when it lists config.json leftovers, which
+    // must still be announced after a restart).
+    while !managers.state().iter().any(|m| m.spec.mode == Mode::Node)
+        && !has_reports(&client, &namespace).await
+    {
         tokio::time::sleep(IDLE).await;
     }
     let changed = Arc::new(AtomicBool::new(true));
@@ -200,6 +204,17 @@ pub async fn keep(
         }
         tokio::time::sleep(TICK).await;
     }
+}
+
+/// True when the node namespace holds a node report Lease (one is read, by label).
+async fn has_reports(client: &Client, namespace: &str) -> bool {
+    let params = kube::api::ListParams::default()
+        .labels(&format!("{REPORT_LABEL}={REPORT_LABEL_VALUE}"))
+        .limit(1);
+    Api::<PartialObjectMeta<Lease>>::namespaced(client.clone(), namespace)
+        .list_metadata(&params)
+        .await
+        .is_ok_and(|l| !l.items.is_empty())
 }
 
 /// The node reports by node name, from the Leases whose name and holder are their node's:
