@@ -1154,7 +1154,7 @@ async fn a_workload_server_paging_without_end_is_cut_off_at_the_page_cap() -> Re
         .await?;
     let manager = apply_prod_manager(&s, "fleet-paging", &sources, false).await?;
 
-    let refused = until_cluster_status(
+    until_cluster_status(
         &s,
         &manager,
         &paging,
@@ -1171,7 +1171,6 @@ async fn a_workload_server_paging_without_end_is_cut_off_at_the_page_cap() -> Re
         REACH,
     )
     .await?;
-    println!("refused: {refused:?}");
     s.until_event_about_manager(&manager, "WorkloadClusterUnreachable")
         .await?;
     // The other cluster is kept in step meanwhile.
