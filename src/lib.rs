@@ -5,6 +5,7 @@ pub mod admission;
 pub mod api;
 pub mod audit;
 pub mod cli;
+pub mod content;
 pub mod controller;
 pub mod credential;
 pub mod explain;

@@ -18,7 +18,7 @@ pub use namespaced::{ImagePullSecretManager, ImagePullSecretManagerSpec};
 pub use rules::{InvalidSpec, validate_cluster, validate_namespaced};
 pub use served::{ApiCheckError, ensure_crds};
 pub use status::{
-    CredentialStatus, ManagerStatus, NamespaceFailure, NodeStatus, PullSecretRegistries,
+    CredentialStatus, ManagerStatus, NamespaceFailure, NodeStatus, PullSecretRegistries, reason,
 };
 
 /// The API group of both manager kinds.

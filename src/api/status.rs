@@ -4,6 +4,37 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// The reasons of the `Ready` condition: what the controller writes, what `explain`, the
+/// alerts and users read.
+pub mod reason {
+    /// Every target namespace holds every Secret, up to date.
+    pub const SYNCED: &str = "Synced";
+    /// Synced, but an entry keeps its password inline.
+    pub const INLINE_CREDENTIALS: &str = "InlineCredentials";
+    /// A source Secret does not exist.
+    pub const SOURCE_MISSING: &str = "SourceMissing";
+    /// A source Secret is not a usable docker config.
+    pub const INVALID_SOURCE: &str = "InvalidSource";
+    /// A registry key the kubelet would never use for the images it plausibly means; the
+    /// Secrets are written all the same (docs/registries.md).
+    pub const UNUSABLE_REGISTRY_KEY: &str = "UnusableRegistryKey";
+    /// A Secret name is taken by something cheiron does not manage, or by an older manager.
+    pub const CONFLICT: &str = "Conflict";
+    /// Writing to some namespaces failed.
+    pub const SYNC_FAILED: &str = "SyncFailed";
+    /// A credential-provider entry has no valid credential: the plugin fails and the last
+    /// good credential expired (or there never was one), or no provider serves its image.
+    pub const CREDENTIAL_PROVIDER_FAILED: &str = "CredentialProviderFailed";
+    /// A credential-provider entry waits for its plugin's first answer, fetched in the
+    /// background; the answer triggers a reconcile (docs/credential-providers.md).
+    pub const CREDENTIAL_PENDING: &str = "CredentialPending";
+    /// A namespaced manager may not use the provider (docs/credential-providers.md).
+    pub const CREDENTIAL_PROVIDER_NOT_ALLOWED: &str = "CredentialProviderNotAllowed";
+    /// A workload cluster the manager selects is not in sync: unreachable, a bad kubeconfig,
+    /// or writes refused there (`status.clusters` says which and why; docs/fleet.md).
+    pub const WORKLOAD_CLUSTER_NOT_SYNCED: &str = "WorkloadClusterNotSynced";
+}
+
 /// What the controller last observed and did for a manager.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -18,8 +18,6 @@
 
 mod audit_gauge;
 mod context;
-mod desired;
-mod dockerconfig;
 mod error;
 mod events;
 #[cfg(test)]
@@ -36,8 +34,6 @@ pub mod pace;
 mod plan;
 mod provided;
 mod reconcile;
-mod registries;
-pub mod registry_keys;
 mod scopes;
 mod secrets;
 mod service_accounts;
@@ -47,11 +43,8 @@ mod status;
 mod triggers;
 mod write;
 
-pub use desired::{Desired, Fetched, Problem, Provided, SourceKey, desired_with, source_key};
-pub use dockerconfig::{DockerConfig, InvalidSource};
 pub use error::{ControllerError, Issue, IssueKind};
 pub use leader::LeaderElection;
-pub use status::reason;
 pub use write::SERVICE_ACCOUNT_EVENTS_PER_RECONCILE;
 
 use std::{

@@ -24,11 +24,11 @@ use kube::{
 
 use super::{
     context::Context,
-    desired::{Fetched, Provided, SourceKey, desired_with},
     error::{Issue, IssueKind},
 };
 use crate::{
     api::{ClusterImagePullSecretManager, Mode},
+    content::{Fetched, Provided, SourceKey, desired_with},
     message,
     node::bundle::{Bundle, BundleMeta, MAX_PROBLEM, bundle_name},
 };

@@ -25,12 +25,12 @@ use k8s_openapi::{
 };
 use kube::core::PartialObjectMeta;
 
-use super::{
-    desired::DesiredSecret,
-    dockerconfig::{DOCKER_CONFIG_JSON, DOCKER_CONFIG_JSON_KEY},
-};
 use crate::{
     api::{GROUP, annotation, label},
+    content::{
+        desired::DesiredSecret,
+        dockerconfig::{DOCKER_CONFIG_JSON, DOCKER_CONFIG_JSON_KEY},
+    },
     policy::{Manager, ManagerId, ManagerKind, NamespaceMeta, namespace_opted_out},
 };
 

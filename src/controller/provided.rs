@@ -10,13 +10,9 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{
-    desired::{Problem, Provided},
-    dockerconfig::DockerConfig,
-    status::reason,
-};
 use crate::{
-    api::{CredentialStatus, PullSecretEntry},
+    api::{CredentialStatus, PullSecretEntry, reason},
+    content::{DockerConfig, Problem, Provided},
     credential::{Credential, CredentialProviders, Key, Lookup, Wanted},
     policy::ManagerId,
     registry::canonical_key,

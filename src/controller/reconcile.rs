@@ -22,7 +22,6 @@ use serde_json::json;
 
 use super::{
     context::Context,
-    desired::{self, SourceKey, source_key},
     error::{ControllerError, Issue, IssueKind},
     fleet::{Fleet, Health, Role, Workload},
     kinds::ManagerObject,
@@ -30,16 +29,19 @@ use super::{
     plan::FIELD_MANAGER,
     plan::{self, SecretMetadata, Stale, belongs_to},
     provided,
-    registries::pull_secret_registries,
     secrets::SecretRecord,
-    status::{self, Findings, reason},
+    status::{self, Findings},
     write::{
         ServiceAccountReport, backfill, check_copies, delete_secret, fetch_sources, prune, remove,
         write_secrets,
     },
 };
 use crate::{
-    api::{ClusterStatus, FINALIZER, annotation},
+    api::{ClusterStatus, FINALIZER, annotation, reason},
+    content::{
+        desired::{self, SourceKey, source_key},
+        registries::pull_secret_registries,
+    },
     policy::{Manager, ManagerId},
 };
 

@@ -16,8 +16,8 @@ use kube::{
 };
 use tokio::task::AbortHandle;
 
-use super::{desired::SourceKey, kinds::ManagerRef, triggers::Triggers};
-use crate::policy::ManagerId;
+use super::{kinds::ManagerRef, triggers::Triggers};
+use crate::{content::SourceKey, policy::ManagerId};
 
 /// The default of `--max-source-watches`.
 pub const DEFAULT_MAX_SOURCE_WATCHES: usize = 500;

@@ -18,13 +18,13 @@ use kube::{
 
 use super::{
     context::Context,
-    desired::{DesiredSecret, Fetched, SourceKey},
     error::{ControllerError, Issue, IssueKind},
     plan::{self, Check, FIELD_MANAGER, Stale, is_managed},
     service_accounts::ServiceAccountRecord,
     serviceaccount,
 };
 use crate::{
+    content::{Fetched, SourceKey, desired::DesiredSecret},
     message::api_error,
     policy::{Manager, ManagerId, NamespaceMeta},
 };

@@ -1,6 +1,6 @@
 //! Credential sources: where the registry credentials a manager writes come from. Inline
 //! entries and Secret references are resolved by the controller from the manager and the
-//! Secrets it reads (`controller::desired`); this room adds the third source, the kubelet's
+//! Secrets it reads (`content::desired`); this room adds the third source, the kubelet's
 //! credential-provider exec plugins (docs/credential-providers.md), behind one small
 //! interface, [`CredentialProviders::lookup`] and [`CredentialProviders::retain`]:
 //!

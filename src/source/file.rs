@@ -16,7 +16,7 @@ use crate::{
         ClusterImagePullSecretManager, GROUP, ImagePullSecretManager, PullSecretEntry, VERSION,
         validate_cluster, validate_namespaced,
     },
-    controller::registry_keys,
+    content::registry_keys,
     policy::{Manager, NamespaceMeta, StaticView, View},
 };
 

@@ -17,7 +17,7 @@ use cheiron::{
         ClusterImagePullSecretManager, ImagePullSecretManager, annotation, validate_cluster,
         validate_namespaced,
     },
-    controller::DockerConfig,
+    content::DockerConfig,
     policy::{Manager, NamespaceGlob, NamespaceMeta, StaticView, SubjectKind, View},
     yaml,
 };

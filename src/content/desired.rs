@@ -192,7 +192,7 @@ fn resolve(
         return provided.get(&index).cloned().unwrap_or_else(|| {
             Err(Problem::CredentialProvider {
                 entry: index,
-                reason: super::status::reason::CREDENTIAL_PROVIDER_FAILED,
+                reason: crate::api::reason::CREDENTIAL_PROVIDER_FAILED,
                 message: "no credential provider was asked".to_owned(),
             })
         });
