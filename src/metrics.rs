@@ -65,6 +65,11 @@ pub struct ReconcileLabels {
     pub kind: &'static str,
 }
 
+/// Every value of the `error` label of `cheiron_reconcile_errors_total` (what
+/// `ControllerError::kind` returns): each series starts at 0, so an alert's `rate()` sees the
+/// first error.
+pub const RECONCILE_ERRORS: [&str; 5] = ["api", "invalid_manager", "finalizer", "cleanup", "start"];
+
 /// Labels of `cheiron_reconcile_errors_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReconcileErrorLabels {
@@ -520,7 +525,7 @@ impl Metrics {
 
         // The series alerts watch exist from the start, at 0 (docs/alerts.md).
         for kind in [ManagerKind::Namespaced, ManagerKind::Cluster] {
-            for error in crate::controller::ControllerError::KINDS {
+            for error in RECONCILE_ERRORS {
                 let _guard = reconcile.errors.get_or_create(&ReconcileErrorLabels {
                     kind: kind.as_str(),
                     error,

@@ -5,7 +5,13 @@
 
 pub mod access;
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
 use axum::{
     Router,
@@ -30,6 +36,24 @@ pub trait Readiness: Send + Sync + 'static {
     /// True once caches have synced; `/readyz` answers 503 until then, so the webhook never
     /// admits with an empty view and a controller never reconciles against half a cache.
     fn is_ready(&self) -> bool;
+}
+
+/// A readiness that its owner sets: the controller once its caches have synced (or while it
+/// stands by for the lease), the node agent once its first watch is in.
+#[derive(Debug, Default)]
+pub struct ReadyFlag(AtomicBool);
+
+impl ReadyFlag {
+    /// Sets readiness.
+    pub fn set(&self, ready: bool) {
+        self.0.store(ready, Ordering::Release);
+    }
+}
+
+impl Readiness for ReadyFlag {
+    fn is_ready(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
 }
 
 /// What the admin handlers read: whether the process is ready, its metrics, whether it is

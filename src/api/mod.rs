@@ -18,8 +18,12 @@ pub use namespaced::{ImagePullSecretManager, ImagePullSecretManagerSpec};
 pub use rules::{InvalidSpec, validate_cluster, validate_namespaced};
 pub use served::{ApiCheckError, ensure_crds};
 pub use status::{
-    CredentialStatus, ManagerStatus, NamespaceFailure, NodeStatus, PullSecretRegistries, reason,
+    CredentialStatus, ManagerStatus, NODE_STATUS_FIELDS, NamespaceFailure, NodeStatus,
+    PullSecretRegistries, reason,
 };
+
+/// The field manager of every write the controller makes (the node agent has its own).
+pub const FIELD_MANAGER: &str = "cheiron";
 
 /// The API group of both manager kinds.
 pub const GROUP: &str = "cheiron.anny.co";

@@ -35,6 +35,16 @@ pub mod reason {
     pub const WORKLOAD_CLUSTER_NOT_SYNCED: &str = "WorkloadClusterNotSynced";
 }
 
+/// The status fields of a mode Node manager that only the node status keeps (node/status.rs),
+/// summed up from the node agents' reports; the reconcile leaves them out of its own patch.
+pub const NODE_STATUS_FIELDS: [&str; 5] = [
+    "nodesSelected",
+    "nodesSynced",
+    "nodeSummary",
+    "nodes",
+    "nodesOmitted",
+];
+
 /// What the controller last observed and did for a manager.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

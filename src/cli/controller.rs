@@ -8,9 +8,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::{AdminArgs, ServeArgs};
 use crate::{
-    admin::{AdminState, serve_admin},
+    admin::{AdminState, ReadyFlag, serve_admin},
     controller::{
-        self, ControllerOptions, ControllerReady, LeaderElection,
+        self, ControllerOptions, LeaderElection,
         pace::{self, MAX_API_REQUESTS_IN_FLIGHT, Pace},
     },
     metrics::Metrics,
@@ -257,7 +257,7 @@ impl ControllerArgs {
         self,
         client: kube::Client,
         metrics: Arc<Metrics>,
-        ready: Arc<ControllerReady>,
+        ready: Arc<ReadyFlag>,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
         let Self {
@@ -401,7 +401,7 @@ impl ControllerCommand {
         crate::api::ensure_crds(&client).await?;
         let (admin_listen, metrics_access) = admin.resolve(Some(&client)).await?;
         let metrics = Arc::new(Metrics::new());
-        let ready = Arc::new(ControllerReady::default());
+        let ready = Arc::new(ReadyFlag::default());
         let admin = AdminState::new(ready.clone(), metrics.clone())
             .with_shutdown(shutdown.clone())
             .with_metrics_access(metrics_access);
@@ -442,7 +442,7 @@ impl RunCommand {
         // listen is then one line.
         let prepared = webhook.prepare(Some(&client)).await?;
         let metrics = Arc::new(Metrics::new());
-        let ready = Arc::new(ControllerReady::default());
+        let ready = Arc::new(ReadyFlag::default());
         let controller_task = {
             // The webhook's reads are not paced behind the controller's writes.
             let client = paced_client().await?;

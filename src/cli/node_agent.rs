@@ -9,8 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::AdminArgs;
 use crate::{
-    admin::{AdminState, serve_admin},
-    controller::ControllerReady,
+    admin::{AdminState, ReadyFlag, serve_admin},
     credential::duration,
     metrics::Metrics,
     node::{
@@ -150,7 +149,7 @@ impl NodeAgentArgs {
         let (admin_listen, metrics_access) = admin.resolve(Some(&client)).await?;
         let mut metrics = Metrics::new();
         let node_metrics = NodeMetrics::register(&mut metrics);
-        let ready = Arc::new(ControllerReady::default());
+        let ready = Arc::new(ReadyFlag::default());
         let admin = AdminState::new(ready.clone(), Arc::new(metrics))
             .with_shutdown(shutdown.clone())
             .with_metrics_access(metrics_access);

@@ -25,12 +25,8 @@ pub enum ControllerError {
 }
 
 impl ControllerError {
-    /// Every name [`ControllerError::kind`] can return: the metrics start each at 0, so an
-    /// alert's `rate()` sees the first error.
-    pub const KINDS: [&'static str; 5] =
-        ["api", "invalid_manager", "finalizer", "cleanup", "start"];
-
-    /// A short fixed name for the `error` label of `cheiron_reconcile_errors_total`.
+    /// A short fixed name for the `error` label of `cheiron_reconcile_errors_total`, one of
+    /// [`crate::metrics::RECONCILE_ERRORS`].
     pub fn kind(&self) -> &'static str {
         match self {
             ControllerError::Kube(_) => "api",
@@ -118,6 +114,26 @@ mod tests {
             IssueKind::ServiceAccount,
         ] {
             assert!(!kind.is_conflict(), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn every_error_kind_has_its_series_from_the_start() {
+        use kube::runtime::finalizer::Error as FinalizerError;
+        let cleanup = || ControllerError::Cleanup(Issue::new(IssueKind::SecretDelete, "a", "b"));
+        let errors = [
+            ControllerError::Kube(kube::Error::TlsRequired),
+            ControllerError::Finalizer(Box::new(FinalizerError::UnnamedObject)),
+            ControllerError::Finalizer(Box::new(FinalizerError::CleanupFailed(cleanup()))),
+            cleanup(),
+            ControllerError::Start(ApiCheckError::CrdsMissing("x")),
+        ];
+        for error in &errors {
+            assert!(
+                crate::metrics::RECONCILE_ERRORS.contains(&error.kind()),
+                "{} is not pre-registered",
+                error.kind()
+            );
         }
     }
 

@@ -29,7 +29,6 @@ mod leader;
 pub mod missing_secrets;
 mod namespaces;
 mod node_credentials;
-pub(crate) mod node_status;
 pub mod pace;
 mod plan;
 mod provided;
@@ -47,13 +46,7 @@ pub use error::{ControllerError, Issue, IssueKind};
 pub use leader::LeaderElection;
 pub use write::SERVICE_ACCOUNT_EVENTS_PER_RECONCILE;
 
-use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use futures::{FutureExt, StreamExt, future};
 use kube::{
@@ -75,7 +68,7 @@ use self::{
     triggers::{Routing, Triggers},
 };
 use crate::{
-    admin::Readiness,
+    admin::ReadyFlag,
     api::ensure_crds,
     credential::{CredentialProviders, ProviderSettings},
     metrics::Metrics,
@@ -119,31 +112,13 @@ impl Default for ControllerOptions {
     }
 }
 
-/// Whether the controller can do its job: standing by for the lease, or leading with every
-/// cache synced.
-#[derive(Debug, Default)]
-pub struct ControllerReady(AtomicBool);
-
-impl ControllerReady {
-    /// Sets readiness.
-    pub fn set(&self, ready: bool) {
-        self.0.store(ready, Ordering::Release);
-    }
-}
-
-impl Readiness for ControllerReady {
-    fn is_ready(&self) -> bool {
-        self.0.load(Ordering::Acquire)
-    }
-}
-
 /// Runs the controller until `shutdown` is cancelled. `ready` turns true once every cache has
 /// synced.
 pub async fn run(
     client: Client,
     options: ControllerOptions,
     metrics: Arc<Metrics>,
-    ready: Arc<ControllerReady>,
+    ready: Arc<ReadyFlag>,
     shutdown: CancellationToken,
 ) -> Result<(), ControllerError> {
     let ControllerOptions {
@@ -228,7 +203,7 @@ pub async fn run(
     } else {
         (Arc::new(ctx), None)
     };
-    let node_status = tokio::spawn(node_status::keep(
+    let node_status = tokio::spawn(crate::node::status::keep(
         client.clone(),
         ctx.cluster.clone(),
         ctx.node_namespace.clone(),
@@ -318,7 +293,7 @@ async fn drive<K: ManagerObject>(
 async fn mark_ready(
     namespaced: Store<crate::api::ImagePullSecretManager>,
     cluster: Store<crate::api::ClusterImagePullSecretManager>,
-    ready: Arc<ControllerReady>,
+    ready: Arc<ReadyFlag>,
 ) {
     loop {
         let namespaced = namespaced.wait_until_ready().now_or_never();

@@ -9,7 +9,7 @@
 //!       ok        → the bundle holds them
 //!       a problem → the bundle keeps the last good credentials and says why
 //!   deletion of a manager             ──► remove (and the owner reference, for the GC)
-//!   node_status (every pass)          ──► stale: bundles of managers gone or out of mode Node
+//!   node::status (every pass)         ──► stale: bundles of managers gone or out of mode Node
 //! ```
 //!
 //! A Secret of the bundle's name that is not this manager's is never touched.
@@ -17,10 +17,7 @@
 use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::{
-    Api, ResourceExt,
-    api::{DeleteParams, PostParams, Preconditions},
-};
+use kube::{Api, ResourceExt, api::PostParams};
 
 use super::{
     context::Context,
@@ -162,41 +159,18 @@ pub(super) async fn remove(
     name: &str,
     uid: &str,
 ) -> Option<Issue> {
-    let name = bundle_name(name);
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let failed = |e: &kube::Error| {
-        Some(Issue::new(
-            IssueKind::SecretDelete,
-            namespace,
-            format!(
-                "deleting the node credentials Secret {name}: {}",
-                message::api_error(e)
-            ),
-        ))
-    };
-    let current = match api.get_metadata_opt(&name).await {
-        Ok(Some(current)) => current,
-        Ok(None) => return None,
-        Err(e) => return failed(&e),
-    };
-    if !current.owner_references().iter().any(|o| o.uid == uid) {
-        return None;
-    }
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: current.metadata.uid.clone(),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    match api.delete(&name, &params).await {
-        Ok(_) => {
-            tracing::info!(namespace, secret = name, "node credentials deleted");
-            None
-        }
-        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => None,
-        Err(e) => failed(&e),
-    }
+    let e = crate::node::status::delete_bundle(client, namespace, name, uid)
+        .await
+        .err()?;
+    Some(Issue::new(
+        IssueKind::SecretDelete,
+        namespace,
+        format!(
+            "deleting the node credentials Secret {}: {}",
+            bundle_name(name),
+            message::api_error(&e)
+        ),
+    ))
 }
 
 /// True when `manager` should have a bundle: in mode Node and not being deleted.

@@ -53,8 +53,7 @@ pub fn owner_labels(manager: &ManagerId) -> BTreeMap<String, String> {
     labels
 }
 
-/// The field manager of every write cheiron makes.
-pub const FIELD_MANAGER: &str = "cheiron";
+pub use crate::api::FIELD_MANAGER;
 
 /// A Secret's metadata without its data, as a metadata watch or GET returns it.
 pub type SecretMeta = PartialObjectMeta<Secret>;

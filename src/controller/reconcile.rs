@@ -616,10 +616,10 @@ async fn write_status<K: ManagerObject>(
     }
     let api = manager.api(ctx.client.clone());
     let mut patch = json!({"status": next});
-    // The node fields are written apart (controller/node_status.rs); a merge patch of this
+    // The node fields are written apart (node/status.rs); a merge patch of this
     // reconcile's copy, older maybe, would undo those writes.
     if let Some(status) = patch.get_mut("status").and_then(|s| s.as_object_mut()) {
-        for field in crate::controller::node_status::FIELDS {
+        for field in crate::api::NODE_STATUS_FIELDS {
             status.remove(field);
         }
     }

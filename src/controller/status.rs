@@ -247,7 +247,7 @@ pub fn status(findings: &Findings, previous: Option<&ManagerStatus>, now: Time) 
             })
             .collect(),
         // Mode Node: written apart from the reconcile, from the node agents' reports
-        // (controller/node_status.rs); kept as seen here.
+        // (node/status.rs); kept as seen here.
         nodes_selected: previous.and_then(|p| p.nodes_selected),
         nodes_synced: previous.and_then(|p| p.nodes_synced),
         node_summary: previous.and_then(|p| p.node_summary.clone()),

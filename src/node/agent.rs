@@ -340,7 +340,7 @@ pub async fn run(
     client: Client,
     config: AgentConfig,
     metrics: NodeMetrics,
-    ready: Arc<crate::controller::ControllerReady>,
+    ready: Arc<crate::admin::ReadyFlag>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let changed = Arc::new(Notify::new());

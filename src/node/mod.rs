@@ -17,6 +17,8 @@
 //! - [`agent`]: `cheiron node-agent`, keeping one node's files in step with the managers.
 //! - [`metrics`]: the agent's `/metrics`.
 //! - [`report`]: each agent's report Lease, and the controller's sum of them in the status.
+//! - [`status`]: the node status of mode Node managers, kept by the controller from the
+//!   reports, and the clean-up of stale bundles.
 
 pub mod agent;
 pub mod atomic;
@@ -27,3 +29,4 @@ pub mod install;
 pub mod metrics;
 pub mod provider;
 pub mod report;
+pub mod status;

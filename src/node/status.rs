@@ -13,7 +13,7 @@
 //! ```
 //!
 //! The controller is the only writer of these fields; the reconcile leaves them out of its
-//! own patch ([`FIELDS`]). A node counts as synced when it reports the `resourceVersion` of
+//! own patch (`api::NODE_STATUS_FIELDS`). A node counts as synced when it reports the `resourceVersion` of
 //! the manager's current node credentials Secret (node/bundle.rs), watched here by metadata
 //! only; a bundle whose manager is gone or left mode Node is deleted here.
 
@@ -33,7 +33,7 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client, ResourceExt,
-    api::{Patch, PatchParams},
+    api::{DeleteParams, Patch, PatchParams, Preconditions},
     core::PartialObjectMeta,
     runtime::{
         WatchStreamExt,
@@ -45,24 +45,16 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use super::plan::FIELD_MANAGER;
-use crate::{
-    api::{ClusterImagePullSecretManager, Mode},
-    message,
-    node::bundle::{BUNDLE_LABEL, BUNDLE_LABEL_VALUE},
-    node::report::{
+use super::{
+    bundle::{BUNDLE_LABEL, BUNDLE_LABEL_VALUE, bundle_name},
+    report::{
         self, MAX_NODE_ENTRIES, NodeReport, REPORT_ANNOTATION, REPORT_LABEL, REPORT_LABEL_VALUE,
     },
 };
-
-/// The status fields written here, never by the reconcile.
-pub const FIELDS: [&str; 5] = [
-    "nodesSelected",
-    "nodesSynced",
-    "nodeSummary",
-    "nodes",
-    "nodesOmitted",
-];
+use crate::{
+    api::{ClusterImagePullSecretManager, FIELD_MANAGER, Mode, NODE_STATUS_FIELDS},
+    message,
+};
 /// How often changes are looked for (and so the longest a report waits to be counted).
 const TICK: Duration = Duration::from_secs(1);
 /// How often every summary is computed again without a change seen: a rotated source is
@@ -317,12 +309,49 @@ async fn remove_stale(
                 && m.spec.mode == Mode::Node
                 && m.metadata.deletion_timestamp.is_none()
         });
-        if !wanted
-            && let Some(issue) =
-                super::node_credentials::remove(client, namespace, &owner.name, &owner.uid).await
-        {
-            tracing::warn!(error = %issue, "cannot delete stale node credentials");
+        if !wanted && let Err(e) = delete_bundle(client, namespace, &owner.name, &owner.uid).await {
+            tracing::warn!(
+                namespace,
+                secret = bundle_name(&owner.name),
+                error = %message::api_error(&e),
+                "cannot delete stale node credentials"
+            );
         }
+    }
+}
+
+/// Deletes the bundle of the manager `name` with `uid` from `namespace`, if it is that
+/// manager's: a Secret of the name that is not is left alone, and one gone or replaced
+/// meanwhile is not an error. The controller calls it when a manager goes, and the node
+/// status for the bundles of managers gone or out of mode Node.
+pub async fn delete_bundle(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> Result<(), kube::Error> {
+    let name = bundle_name(name);
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let Some(current) = api.get_metadata_opt(&name).await? else {
+        return Ok(());
+    };
+    if !current.owner_references().iter().any(|o| o.uid == uid) {
+        return Ok(());
+    }
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: current.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&name, &params).await {
+        Ok(_) => {
+            tracing::info!(namespace, secret = name, "node credentials deleted");
+            Ok(())
+        }
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
@@ -362,7 +391,7 @@ fn stored(manager: &ClusterImagePullSecretManager) -> Value {
     let status = serde_json::to_value(&manager.status).unwrap_or_default();
     let field = |name: &str| status.get(name).cloned().unwrap_or(Value::Null);
     let mut out = serde_json::Map::new();
-    for name in FIELDS {
+    for name in NODE_STATUS_FIELDS {
         let value = match (name, field(name)) {
             ("nodes", Value::Array(a)) if a.is_empty() => Value::Null,
             (_, v) => v,
@@ -504,6 +533,9 @@ mod tests {
     fn a_stored_status_without_node_fields_reads_as_all_null() {
         let manager = ClusterImagePullSecretManager::new("m", Default::default());
         let stored = stored(&manager);
-        assert!(FIELDS.iter().all(|f| stored[f].is_null()), "{stored}");
+        assert!(
+            NODE_STATUS_FIELDS.iter().all(|f| stored[f].is_null()),
+            "{stored}"
+        );
     }
 }
