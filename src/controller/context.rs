@@ -22,6 +22,7 @@ use super::{
     events::EventPublisher,
     kinds::ManagerRef,
     namespaces::{LiveNamespaces, NamespaceCache},
+    other_clusters::OtherClusters,
     scopes::Scopes,
     secrets::SecretCache,
     service_accounts::{ServiceAccountCache, ServiceAccountRecord},
@@ -50,8 +51,9 @@ pub struct Context {
     pub(super) resync: Duration,
     pub(super) scopes: Scopes,
     pub(super) credentials: CredentialProviders,
-    /// The workload clusters, when `--fleet` is on (only the management cluster's context).
-    pub(super) fleet: Option<Arc<super::fleet::Fleet>>,
+    /// The other clusters a cluster manager's Secrets are written to: the workload clusters,
+    /// when `--fleet` is on (only the management cluster's context).
+    pub(super) others: Option<Arc<dyn OtherClusters>>,
     /// The node namespace: where mode Node managers' credentials are handed to the node
     /// agents (controller/node_credentials.rs), and where their reports are.
     pub(super) node_namespace: String,
@@ -101,7 +103,7 @@ impl Context {
             resync,
             scopes: Scopes::default(),
             credentials: CredentialProviders::new(Default::default(), None, None),
-            fleet: None,
+            others: None,
             node_namespace,
             failures: Mutex::default(),
             clashes: Mutex::default(),
@@ -120,9 +122,9 @@ impl Context {
         self
     }
 
-    /// The context acting in workload clusters too.
-    pub(super) fn with_fleet(mut self, fleet: Arc<super::fleet::Fleet>) -> Self {
-        self.fleet = Some(fleet);
+    /// The context acting in other clusters too.
+    pub(super) fn with_other_clusters(mut self, others: Arc<dyn OtherClusters>) -> Self {
+        self.others = Some(others);
         self
     }
 

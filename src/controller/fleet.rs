@@ -23,6 +23,7 @@
 
 pub(super) mod guard;
 mod pages;
+mod sync;
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -305,11 +306,11 @@ pub(super) enum Role {
     Unselected(Arc<Workload>),
     /// Selected, or holding copies there to clean up (`selected` false), but there is no
     /// connection: why.
-    Unusable { why: String, selected: bool },
+    Unusable {
+        why: sync::NotSynced,
+        selected: bool,
+    },
 }
-
-/// The start of the message of a cluster being connected to.
-pub(super) const CONNECTING: &str = "connecting";
 
 /// The workload clusters, as found from the management cluster.
 pub(super) struct Fleet {
@@ -491,10 +492,10 @@ impl Fleet {
                 out.push((
                     name.clone(),
                     Role::Unusable {
-                        why: format!(
+                        why: sync::NotSynced::Unreachable(format!(
                             "refused: more than {} workload clusters are wanted (--fleet-max-clusters)",
                             self.options.max_clusters
-                        ),
+                        )),
                         selected,
                     },
                 ));
@@ -507,16 +508,19 @@ impl Fleet {
                 // A list cut off at `--fleet-max-list-pages`: reported, and retried on the
                 // backoff of a failing cluster (its watches list again on theirs).
                 (Some(Ok(w)), selected) if selected || holds(name) => match w.pages.refused() {
-                    Some(why) => Role::Unusable { why, selected },
+                    Some(why) => Role::Unusable {
+                        why: sync::NotSynced::Unreachable(why),
+                        selected,
+                    },
                     None if selected => Role::Selected(w.clone()),
                     None => Role::Unselected(w.clone()),
                 },
                 (Some(Err(why)), selected) if selected || holds(name) => Role::Unusable {
-                    why: why.clone(),
+                    why: sync::NotSynced::Unreachable(why.clone()),
                     selected,
                 },
                 (None, selected) if selected || holds(name) => Role::Unusable {
-                    why: CONNECTING.to_owned(),
+                    why: sync::NotSynced::Connecting("connecting".to_owned()),
                     selected,
                 },
                 _ => continue,

@@ -29,6 +29,7 @@ mod leader;
 pub mod missing_secrets;
 mod namespaces;
 mod node_credentials;
+mod other_clusters;
 pub mod pace;
 mod plan;
 mod provided;
@@ -44,7 +45,7 @@ mod write;
 
 pub use error::{ControllerError, Issue, IssueKind};
 pub use leader::LeaderElection;
-pub use write::SERVICE_ACCOUNT_EVENTS_PER_RECONCILE;
+pub use serviceaccount::SERVICE_ACCOUNT_EVENTS_PER_RECONCILE;
 
 use std::{sync::Arc, time::Duration};
 
@@ -197,7 +198,7 @@ pub async fn run(
         ));
         let task = tokio::spawn(fleet.clone().run());
         (
-            Arc::new(ctx.with_fleet(fleet)),
+            Arc::new(ctx.with_other_clusters(fleet)),
             Some(AbortOnDrop(task.abort_handle())),
         )
     } else {

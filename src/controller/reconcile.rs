@@ -23,21 +23,18 @@ use serde_json::json;
 use super::{
     context::Context,
     error::{ControllerError, Issue, IssueKind},
-    fleet::{Fleet, Health, Role, Workload},
     kinds::ManagerObject,
     node_credentials,
     plan::FIELD_MANAGER,
     plan::{self, SecretMetadata, Stale, belongs_to},
     provided,
     secrets::SecretRecord,
+    serviceaccount::ServiceAccountReport,
     status::{self, Findings},
-    write::{
-        ServiceAccountReport, backfill, check_copies, delete_secret, fetch_sources, prune, remove,
-        write_secrets,
-    },
+    write::{backfill, check_copies, delete_secret, fetch_sources, prune, remove, write_secrets},
 };
 use crate::{
-    api::{ClusterStatus, FINALIZER, annotation, reason},
+    api::{FINALIZER, annotation, reason},
     content::{
         desired::{self, SourceKey, source_key},
         registries::pull_secret_registries,
@@ -154,10 +151,11 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
     {
         issues.extend(node_credentials::publish(ctx, cluster_manager, &owner, &fetched).await);
     }
-    let (clusters, cluster_retry) = match (ctx.fleet.as_ref(), manager.as_cluster()) {
-        (Some(fleet), Some(cluster_manager)) => {
-            let synced =
-                sync_fleet(fleet, cluster_manager, &owner, &desired.secrets, &report).await;
+    let (clusters, cluster_retry) = match (ctx.others.as_ref(), manager.as_cluster()) {
+        (Some(others), Some(cluster_manager)) => {
+            let synced = others
+                .sync(cluster_manager, &owner, &desired.secrets, &report)
+                .await;
             for event in &synced.events {
                 ctx.publish(event, &manager.object_ref(&())).await;
             }
@@ -165,7 +163,9 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         }
         _ => (Vec::new(), None),
     };
-    report.publish(ctx, &manager.object_ref(&())).await;
+    for event in report.events() {
+        ctx.publish(&event, &manager.object_ref(&())).await;
+    }
     for issue in &issues {
         ctx.metrics.reconcile.record_issue(issue.kind.as_str());
     }
@@ -300,280 +300,6 @@ pub(super) async fn sync_in(
     }
     issues.extend(remove(target, id, &names, &plan.deletes, &others, report).await);
     ClusterSync { plan, issues }
-}
-
-/// The owner reference of the Secrets a manager writes in workload clusters: its uid (what
-/// cheiron's ownership checks read), under an API version no cluster serves, so that no
-/// workload cluster's garbage collector resolves it to a missing object and deletes the
-/// copies (the manager lives in the management cluster, not there).
-fn workload_owner(
-    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
-) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-    let mut owner = owner.clone();
-    owner.api_version = format!("{}/{}", crate::api::GROUP, WORKLOAD_OWNER_VERSION);
-    owner
-}
-
-/// The API version of [`workload_owner`]: a version of cheiron's group that is never served.
-pub const WORKLOAD_OWNER_VERSION: &str = "fleet-management";
-
-/// What a sync of a manager into the workload clusters found.
-struct FleetSync {
-    /// The status of each cluster it selects, and of each where its cleanup failed.
-    statuses: Vec<ClusterStatus>,
-    /// When to retry, if a cluster is out of step (backing off per cluster).
-    retry: Option<Duration>,
-    /// Events about the manager: a cluster it acts in changed between in step, unreachable
-    /// and refusing writes.
-    events: Vec<Event>,
-}
-
-/// Syncs `manager` into every workload cluster at once, each bounded by
-/// [`super::fleet::SYNC_TIMEOUT`]: the selected ones get `desired`, the others lose what the
-/// manager left there. The connections are brought in line before (a newly selected cluster
-/// is connected to) and after (a cluster cleaned up that no manager needs is let go).
-async fn sync_fleet(
-    fleet: &Fleet,
-    manager: &crate::api::ClusterImagePullSecretManager,
-    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
-    desired: &[desired::DesiredSecret],
-    report: &ServiceAccountReport,
-) -> FleetSync {
-    fleet.refresh().await;
-    let owner = workload_owner(owner);
-    let name = manager.name_any();
-    let uid = manager.uid().unwrap_or_default();
-    let roles = fleet.roles(manager);
-    let results = futures::future::join_all(roles.into_iter().map(|(cluster, role)| {
-        let owner = &owner;
-        async move {
-            let (workload, selected) = match role {
-                Role::Selected(w) => (w, true),
-                Role::Unselected(w) => (w, false),
-                Role::Unusable { why, selected } => return (cluster, selected, Err(why)),
-            };
-            let outcome = tokio::time::timeout(
-                super::fleet::SYNC_TIMEOUT,
-                sync_workload(fleet, &workload, manager, selected, owner, desired, report),
-            )
-            .await
-            .unwrap_or_else(|_| {
-                Err(format!(
-                    "no answer within {}s; retrying",
-                    super::fleet::SYNC_TIMEOUT.as_secs()
-                ))
-            });
-            (cluster, selected, outcome)
-        }
-    }))
-    .await;
-    let mut out = FleetSync {
-        statuses: Vec::new(),
-        retry: None,
-        events: Vec::new(),
-    };
-    let mut holds = BTreeSet::new();
-    for (cluster, selected, outcome) in results {
-        let health = match &outcome {
-            Ok(s) if s.message.is_none() => Health::Synced,
-            Ok(_) => Health::WriteFailed,
-            Err(m) if m.starts_with(super::fleet::CONNECTING) => Health::Connecting,
-            Err(_) => Health::Unreachable,
-        };
-        let ready = health == Health::Synced;
-        fleet.metrics().fleet.record_sync(&cluster, ready);
-        if ready {
-            fleet.reset_failures(&name, &cluster);
-        } else {
-            let delay = retry_delay(
-                &format!("{name}/{cluster}"),
-                fleet.record_failure(&name, &cluster),
-            );
-            out.retry = Some(out.retry.map_or(delay, |r| r.min(delay)));
-        }
-        let mut status = match outcome {
-            Ok(mut status) => {
-                status.name = cluster.clone();
-                status
-            }
-            Err(message) => {
-                tracing::warn!(
-                    manager = name,
-                    cluster,
-                    error = message,
-                    "workload cluster not synced"
-                );
-                ClusterStatus {
-                    name: cluster.clone(),
-                    ready: false,
-                    message: Some(message),
-                    ..ClusterStatus::default()
-                }
-            }
-        };
-        if fleet.record_health(&uid, &cluster, health)
-            && let Some((warning, reason)) = health.reason()
-        {
-            out.events.push(Event {
-                type_: if warning {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                },
-                reason: reason.to_owned(),
-                note: Some(format!(
-                    "cluster {cluster}: {}",
-                    status.message.as_deref().unwrap_or("in step again")
-                )),
-                action: "Sync".to_owned(),
-                secondary: None,
-            });
-        }
-        if selected {
-            holds.insert(cluster);
-            out.statuses.push(status);
-        } else if let Some(message) = status.message.take() {
-            tracing::warn!(
-                manager = name,
-                cluster,
-                error = message,
-                "cleaning up in a workload cluster the manager no longer selects failed"
-            );
-            // Reported, and the connection kept, until the cleanup there is done.
-            status.message = Some(format!("cleaning up: {message}"));
-            holds.insert(cluster);
-            out.statuses.push(status);
-        }
-    }
-    fleet.record_holds(&uid, holds);
-    fleet.refresh().await;
-    out
-}
-
-/// Takes away what a deleted `manager` left in every workload cluster (those being deleted
-/// are released, not cleaned): the clusters where that failed or could not be tried, each
-/// with why.
-async fn cleanup_fleet(
-    fleet: &Fleet,
-    manager: &crate::api::ClusterImagePullSecretManager,
-    report: &ServiceAccountReport,
-) -> Vec<(String, String)> {
-    fleet.refresh().await;
-    let owner = workload_owner(&manager.owner_reference());
-    let results =
-        futures::future::join_all(fleet.roles(manager).into_iter().map(|(cluster, role)| {
-            let owner = &owner;
-            async move {
-                let workload = match role {
-                    Role::Selected(w) | Role::Unselected(w) => w,
-                    Role::Unusable { why, .. } => return (cluster, Err(why)),
-                };
-                let outcome = tokio::time::timeout(
-                    super::fleet::SYNC_TIMEOUT,
-                    sync_workload(fleet, &workload, manager, false, owner, &[], report),
-                )
-                .await
-                .unwrap_or_else(|_| Err("no answer in time".to_owned()));
-                (cluster, outcome)
-            }
-        }))
-        .await;
-    let left: Vec<(String, String)> = results
-        .into_iter()
-        .filter_map(|(cluster, outcome)| {
-            let message = match outcome {
-                Ok(status) => status.message?,
-                Err(message) => message,
-            };
-            Some((cluster, message))
-        })
-        .collect();
-    fleet.record_holds(
-        &manager.uid().unwrap_or_default(),
-        left.iter().map(|(c, _)| c.clone()).collect(),
-    );
-    left
-}
-
-/// One manager in one workload cluster: the cluster must answer and its watches must have
-/// listed before anything is planned there.
-async fn sync_workload(
-    fleet: &Fleet,
-    workload: &Workload,
-    manager: &crate::api::ClusterImagePullSecretManager,
-    selected: bool,
-    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
-    desired: &[desired::DesiredSecret],
-    report: &ServiceAccountReport,
-) -> Result<ClusterStatus, String> {
-    let target = &workload.ctx;
-    let probe = tokio::time::timeout(
-        super::fleet::CONNECT_TIMEOUT,
-        target.client.apiserver_version(),
-    )
-    .await;
-    let answered = matches!(probe, Ok(Ok(_)));
-    fleet
-        .metrics()
-        .fleet
-        .set_connected(&workload.name, answered && workload.synced());
-    match probe {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => {
-            return Err(format!(
-                "unreachable: {}",
-                super::fleet::guard::error_line(&e)
-            ));
-        }
-        Err(_) => {
-            return Err(format!(
-                "unreachable: no answer within {}s",
-                super::fleet::CONNECT_TIMEOUT.as_secs()
-            ));
-        }
-    }
-    if !workload.synced() {
-        return Err(format!(
-            "{}: its Namespaces, Secrets and ServiceAccounts are not listed yet",
-            super::fleet::CONNECTING
-        ));
-    }
-    let compiled = Manager::from_cluster_in(manager, selected).map_err(|e| e.to_string())?;
-    let claimants = fleet.claimants_in(&workload.name);
-    // Never remembered: whether the cluster is selected changes without the manager changing.
-    let uid = manager.uid().unwrap_or_default();
-    let sync = sync_in(
-        target, &compiled, &uid, None, owner, desired, &claimants, report,
-    )
-    .await;
-    let troubled: BTreeSet<&str> = sync
-        .issues
-        .iter()
-        .map(|i| i.namespace.as_str())
-        .chain(sync.plan.held.iter().map(|(ns, _)| ns.as_str()))
-        .collect();
-    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
-    let synced = sync
-        .plan
-        .targets
-        .iter()
-        .filter(|t| !troubled.contains(t.as_str()))
-        .count();
-    let message = sync.issues.first().map(|i| {
-        let more = sync.issues.len() - 1;
-        if more > 0 {
-            format!("{i} (and {more} more)")
-        } else {
-            i.to_string()
-        }
-    });
-    Ok(ClusterStatus {
-        name: workload.name.clone(),
-        ready: message.is_none(),
-        target_namespaces: count(sync.plan.targets.len()),
-        synced_namespaces: count(synced),
-        message,
-    })
 }
 
 /// The first retry after a failure, doubling up to [`MAX_RETRY_DELAY`].
@@ -728,48 +454,16 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
             node_credentials::remove(&ctx.client, &ctx.node_namespace, &id.name, &uid).await,
         );
     }
-    if let (Some(fleet), Some(cluster_manager)) = (ctx.fleet.as_ref(), manager.as_cluster()) {
-        let left = cleanup_fleet(fleet, cluster_manager, &report).await;
-        let waited = manager.meta().deletion_timestamp.as_ref().map_or(0, |t| {
-            k8s_openapi::jiff::Timestamp::now()
-                .duration_since(t.0)
-                .as_secs()
-        });
-        let timeout = fleet.cleanup_timeout();
-        if !left.is_empty() && u64::try_from(waited).unwrap_or(0) >= timeout.as_secs() {
-            // Past the bound: the finalizer goes, and the Event says where copies were left.
-            let clusters: Vec<&str> = left.iter().map(|(c, _)| c.as_str()).collect();
-            let event = Event {
-                type_: EventType::Warning,
-                reason: "WorkloadCleanupTimedOut".to_owned(),
-                note: Some(format!(
-                    "cleanup in workload cluster(s) {} did not succeed within {}s of the \
-                     deletion (--fleet-cleanup-timeout; first: cluster {}: {}): the finalizer is \
-                     released, and the Secrets cheiron wrote there and the entries it added to \
-                     ServiceAccounts are left",
-                    clusters.join(", "),
-                    timeout.as_secs(),
-                    left[0].0,
-                    left[0].1
-                )),
-                action: "Cleanup".to_owned(),
-                secondary: None,
-            };
-            ctx.publish(&event, &manager.object_ref(&())).await;
-            tracing::warn!(manager = %id, clusters = ?clusters, "cleanup in workload clusters timed out; released");
-            fleet.record_holds(&uid, BTreeSet::new());
-        } else {
-            failures.extend(left.into_iter().map(|(cluster, message)| {
-                Issue::new(
-                    IssueKind::SecretDelete,
-                    format!("cluster {cluster}"),
-                    message,
-                )
-            }));
+    if let (Some(others), Some(cluster_manager)) = (ctx.others.as_ref(), manager.as_cluster()) {
+        let left = others.cleanup(cluster_manager, &report).await;
+        for event in &left.events {
+            ctx.publish(event, &manager.object_ref(&())).await;
         }
-        fleet.refresh().await;
+        failures.extend(left.issues);
     }
-    report.publish(ctx, &manager.object_ref(&())).await;
+    for event in report.events() {
+        ctx.publish(&event, &manager.object_ref(&())).await;
+    }
     if let Some(issue) = failures.first().cloned() {
         let abandon = manager
             .annotations()

@@ -7,6 +7,8 @@
 use json_patch::{Patch, PatchOperation, RemoveOperation, TestOperation, jsonptr::PointerBuf};
 use serde_json::Value;
 
+use kube::runtime::events::{Event, EventType};
+
 use super::service_accounts::ServiceAccountRecord;
 use crate::{
     admission::build_patch,
@@ -125,6 +127,70 @@ pub fn removal(sa: &ServiceAccountRecord, names: &[String]) -> Option<(Patch, Ve
         Patch(ops),
         removable.iter().map(|s| (*s).to_owned()).collect(),
     ))
+}
+
+/// Most Events about single ServiceAccounts one reconcile publishes; the rest are counted in
+/// one Event about the manager ([`ServiceAccountReport::publish`]).
+pub const SERVICE_ACCOUNT_EVENTS_PER_RECONCILE: usize = 10;
+
+/// What one reconcile did to ServiceAccounts, for a bounded number of Events: one per
+/// ServiceAccount for the first few, then one about the manager that counts them all.
+#[derive(Default)]
+pub(super) struct ServiceAccountReport {
+    inner: std::sync::Mutex<Tally>,
+}
+
+#[derive(Default)]
+struct Tally {
+    events: usize,
+    added: usize,
+    removed: usize,
+    namespaces: std::collections::BTreeSet<String>,
+}
+
+impl ServiceAccountReport {
+    /// Counts a patched ServiceAccount; true while Events about single ones may still go out.
+    pub(super) fn count(&self, namespace: &str, added: bool) -> bool {
+        let Ok(mut t) = self.inner.lock() else {
+            return false;
+        };
+        if added {
+            t.added += 1;
+        } else {
+            t.removed += 1;
+        }
+        t.namespaces.insert(namespace.to_owned());
+        t.events += 1;
+        t.events <= SERVICE_ACCOUNT_EVENTS_PER_RECONCILE
+    }
+
+    /// The Events about the manager counting what was added and removed, if anything was.
+    pub(super) fn events(&self) -> Vec<Event> {
+        let (added, removed, namespaces) = match self.inner.lock() {
+            Ok(t) => (t.added, t.removed, t.namespaces.len()),
+            Err(_) => return Vec::new(),
+        };
+        [
+            (added, "PullSecretsAdded", "added its pull secrets to"),
+            (
+                removed,
+                "PullSecretsRemoved",
+                "removed its pull secrets from",
+            ),
+        ]
+        .into_iter()
+        .filter(|(count, _, _)| *count > 0)
+        .map(|(count, reason, verb)| Event {
+            type_: EventType::Normal,
+            reason: reason.to_owned(),
+            note: Some(format!(
+                "cheiron {verb} {count} ServiceAccount(s) in {namespaces} namespace(s)"
+            )),
+            action: "PatchServiceAccounts".to_owned(),
+            secondary: None,
+        })
+        .collect()
+    }
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use super::{
     error::{ControllerError, Issue, IssueKind},
     plan::{self, Check, FIELD_MANAGER, Stale, is_managed},
     service_accounts::ServiceAccountRecord,
-    serviceaccount,
+    serviceaccount::{self, ServiceAccountReport},
 };
 use crate::{
     content::{Fetched, SourceKey, desired::DesiredSecret},
@@ -293,76 +293,6 @@ async fn patch_service_account(
     Err(format!(
         "ServiceAccount {name} kept changing under {PATCH_ATTEMPTS} attempts; retrying later"
     ))
-}
-
-/// Most Events about single ServiceAccounts one reconcile publishes; the rest are counted in
-/// one Event about the manager ([`ServiceAccountReport::publish`]).
-pub const SERVICE_ACCOUNT_EVENTS_PER_RECONCILE: usize = 10;
-
-/// What one reconcile did to ServiceAccounts, for a bounded number of Events: one per
-/// ServiceAccount for the first few, then one about the manager that counts them all.
-#[derive(Default)]
-pub(super) struct ServiceAccountReport {
-    inner: std::sync::Mutex<Tally>,
-}
-
-#[derive(Default)]
-struct Tally {
-    events: usize,
-    added: usize,
-    removed: usize,
-    namespaces: std::collections::BTreeSet<String>,
-}
-
-impl ServiceAccountReport {
-    /// Counts a patched ServiceAccount; true while Events about single ones may still go out.
-    fn count(&self, namespace: &str, added: bool) -> bool {
-        let Ok(mut t) = self.inner.lock() else {
-            return false;
-        };
-        if added {
-            t.added += 1;
-        } else {
-            t.removed += 1;
-        }
-        t.namespaces.insert(namespace.to_owned());
-        t.events += 1;
-        t.events <= SERVICE_ACCOUNT_EVENTS_PER_RECONCILE
-    }
-
-    /// One Event about `manager` counting what was added and removed, if anything was.
-    pub(super) async fn publish(
-        &self,
-        ctx: &Context,
-        reference: &k8s_openapi::api::core::v1::ObjectReference,
-    ) {
-        let (added, removed, namespaces) = match self.inner.lock() {
-            Ok(t) => (t.added, t.removed, t.namespaces.len()),
-            Err(_) => return,
-        };
-        for (count, reason, verb) in [
-            (added, "PullSecretsAdded", "added its pull secrets to"),
-            (
-                removed,
-                "PullSecretsRemoved",
-                "removed its pull secrets from",
-            ),
-        ] {
-            if count == 0 {
-                continue;
-            }
-            let event = kube::runtime::events::Event {
-                type_: kube::runtime::events::EventType::Normal,
-                reason: reason.to_owned(),
-                note: Some(format!(
-                    "cheiron {verb} {count} ServiceAccount(s) in {namespaces} namespace(s)"
-                )),
-                action: "PatchServiceAccounts".to_owned(),
-                secondary: None,
-            };
-            ctx.publish(&event, reference).await;
-        }
-    }
 }
 
 /// What a ServiceAccount patch does: add entries for a manager, or remove entries.

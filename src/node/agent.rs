@@ -48,15 +48,12 @@ use super::{
     credentials::{Login, NodeCredentials},
     metrics::NodeMetrics,
     report::{
-        self, ManagerReport, NodeReport, REPORT_ANNOTATION, REPORT_LABEL, REPORT_LABEL_VALUE,
+        self, MAX_NODE_CONFLICTS, MAX_NODE_MESSAGE, ManagerReport, NodeReport, REPORT_ANNOTATION,
+        REPORT_LABEL, REPORT_LABEL_VALUE,
     },
 };
 use crate::{api::label, message};
 
-/// Longest `status.nodes[].message`.
-pub const MAX_NODE_MESSAGE: usize = 512;
-/// Most conflicts listed in one node entry.
-pub const MAX_NODE_CONFLICTS: usize = 16;
 /// Default of `--resync`: how often the node's files are written again without a watch event
 /// (a file changed by hand is put back within this time; a rotation comes through the watch).
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(60);

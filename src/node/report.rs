@@ -24,6 +24,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::{ClusterImagePullSecretManager, Mode, NodeStatus};
 
+/// Longest `status.nodes[].message` (an agent's message is cut to it before it reports).
+pub const MAX_NODE_MESSAGE: usize = 512;
+/// Most conflicts listed in one node entry.
+pub const MAX_NODE_CONFLICTS: usize = 16;
+
 /// The annotation of a node's Lease holding its [`NodeReport`] (JSON).
 pub const REPORT_ANNOTATION: &str = "node.cheiron.anny.co/report";
 /// The label every node report Lease carries (value [`REPORT_LABEL_VALUE`]); the controller
@@ -160,11 +165,11 @@ pub fn summarize<'a>(
             conflicts: report
                 .conflicts
                 .iter()
-                .take(super::agent::MAX_NODE_CONFLICTS)
+                .take(MAX_NODE_CONFLICTS)
                 .cloned()
                 .collect(),
             message: message.map(|mut m| {
-                crate::message::truncate(&mut m, super::agent::MAX_NODE_MESSAGE);
+                crate::message::truncate(&mut m, MAX_NODE_MESSAGE);
                 m
             }),
         };
