@@ -24,7 +24,6 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::slots::ConnectionPermit;
 use crate::metrics::ConnectionMetrics;
 
 /// Length of the HTTP/2 client preface (`PRI * HTTP/2.0…`), RFC 9113 §3.4.
@@ -246,20 +245,21 @@ impl Closed {
     }
 }
 
-/// Serves `connection` to its end under `timers`: HTTP/2 connections without a preface in
-/// time are dropped; idle HTTP/2 connections, connections past their age, connections
-/// evicted from `slot` and, once `draining` is cancelled, all connections are closed
-/// gracefully, and dropped if that takes longer than `timers.close_grace`.
+/// Serves `connection` to its end under `timers`, watching its `activity`: HTTP/2 connections
+/// without a preface in time are dropped; idle HTTP/2 connections, connections past their
+/// age, connections `evicted` from their slot and, once `draining` is cancelled, all
+/// connections are closed gracefully, and dropped if that takes longer than
+/// `timers.close_grace`.
 pub async fn drive<C: GracefulConnection>(
     connection: C,
     http2: bool,
-    slot: &ConnectionPermit,
+    activity: &Activity,
+    evicted: &CancellationToken,
     timers: Timers,
     draining: &CancellationToken,
     metrics: &ConnectionMetrics,
 ) -> Result<(), C::Error> {
     tokio::pin!(connection);
-    let activity = slot.activity();
     let started = Instant::now();
     let preface = tokio::time::sleep(timers.preface);
     tokio::pin!(preface);
@@ -278,7 +278,7 @@ pub async fn drive<C: GracefulConnection>(
             }
             () = activity.idle_for(timers.idle), if http2 => break Some(Closed::Idle),
             () = &mut old, if timers.max_age.is_some() => break Some(Closed::MaxAge),
-            () = slot.evicted().cancelled() => break Some(Closed::Evicted),
+            () = evicted.cancelled() => break Some(Closed::Evicted),
             () = draining.cancelled() => break None,
         }
     };

@@ -363,7 +363,17 @@ impl Endpoint {
         let service = Tracked::new(self.service.clone(), Arc::clone(activity));
         let connection = builder.serve_connection(io, service);
         let metrics = &self.metrics.connections;
-        if let Err(error) = drive(connection, http2, slot, self.timers, draining, metrics).await {
+        if let Err(error) = drive(
+            connection,
+            http2,
+            slot.activity(),
+            slot.evicted(),
+            self.timers,
+            draining,
+            metrics,
+        )
+        .await
+        {
             if error
                 .downcast_ref::<hyper::Error>()
                 .is_some_and(hyper::Error::is_timeout)
