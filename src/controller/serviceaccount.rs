@@ -130,7 +130,7 @@ pub fn removal(sa: &ServiceAccountRecord, names: &[String]) -> Option<(Patch, Ve
 }
 
 /// Most Events about single ServiceAccounts one reconcile publishes; the rest are counted in
-/// one Event about the manager ([`ServiceAccountReport::publish`]).
+/// one Event about the manager ([`ServiceAccountReport::events`]).
 pub const SERVICE_ACCOUNT_EVENTS_PER_RECONCILE: usize = 10;
 
 /// What one reconcile did to ServiceAccounts, for a bounded number of Events: one per

@@ -10,8 +10,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, Volume, VolumeMount,
 };
 
-use super::installation::Install;
-use crate::credential::ProviderConfig;
+use super::{installation::Install, setup::CredentialProviderSetup};
 
 /// The ConfigMap holding the config, in cheiron's namespace.
 pub const CONFIG_MAP: &str = "cheiron-credential-providers";
@@ -26,78 +25,7 @@ pub const TOKENS: &str = "cheiron-credential-provider-tokens";
 const CONFIG_VOLUME: &str = "credential-providers";
 const PLUGINS_VOLUME: &str = "credential-provider-plugins";
 
-/// Credential-provider plugins for the controller.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CredentialProviderSetup {
-    /// The `CredentialProviderConfig` file's text: the ConfigMap's [`CONFIG_FILE`].
-    pub config: String,
-    /// An image holding the plugins; its init container runs [`Self::plugins_command`], which
-    /// must copy them into [`PLUGINS_DIR`]. Without it the directory stays empty and the
-    /// controller refuses to start (every provider's plugin must be there).
-    pub plugins_image: Option<String>,
-    /// The init container's command.
-    pub plugins_command: Vec<String>,
-    /// ServiceAccounts of cheiron's namespace whose tokens the controller may mint: those
-    /// cluster managers name in `credentialProvider.serviceAccountName`. Only these names, so
-    /// the controller cannot mint tokens of cheiron's own identities.
-    pub token_service_accounts: Vec<String>,
-    /// Namespaces in which the controller may mint tokens of any ServiceAccount: those whose
-    /// namespaced managers a provider with `tokenAttributes` allows (`allowedNamespaces`).
-    /// This widens the controller's rights, so it is opt-in, namespace by namespace.
-    pub token_namespaces: Vec<String>,
-}
-
-/// Why a setup is refused.
-#[derive(Debug, thiserror::Error)]
-pub enum SetupError {
-    /// The config is not a valid `CredentialProviderConfig`.
-    #[error("the credential-provider config is invalid: {0}")]
-    Config(String),
-    /// A command without an image, or an image without a command.
-    #[error("the plugins image and the plugins command go together: give both or neither")]
-    PluginsImage,
-    /// A name that cannot be a namespace or ServiceAccount.
-    #[error("{what} {name:?} is not a valid name (lowercase letters, digits, '-' and '.')")]
-    Name {
-        /// Namespace or ServiceAccount.
-        what: &'static str,
-        /// The name.
-        name: String,
-    },
-}
-
 impl CredentialProviderSetup {
-    /// Checks the config as the controller will read it (strictly, as the kubelet does; the
-    /// plugins themselves are only checked when the controller starts), and the names.
-    pub fn validate(&self) -> Result<(), SetupError> {
-        ProviderConfig::parse(&self.config).map_err(SetupError::Config)?;
-        if self.plugins_image.is_some() == self.plugins_command.is_empty() {
-            return Err(SetupError::PluginsImage);
-        }
-        let checks = self
-            .token_service_accounts
-            .iter()
-            .map(|n| ("ServiceAccount", n, 253))
-            .chain(self.token_namespaces.iter().map(|n| ("namespace", n, 63)));
-        for (what, name, max) in checks {
-            let valid = !name.is_empty()
-                && name.len() <= max
-                && name.bytes().all(|b| {
-                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.'
-                })
-                && !(what == "namespace" && name.contains('.'))
-                && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-                && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-            if !valid {
-                return Err(SetupError::Name {
-                    what,
-                    name: name.clone(),
-                });
-            }
-        }
-        Ok(())
-    }
-
     /// The controller's flags.
     pub fn args() -> [String; 2] {
         [

@@ -11,7 +11,7 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 
-pub use super::credential_providers::CredentialProviderSetup;
+pub use super::setup::{CredentialProviderSetup, FleetSetup, NodeAgentSetup};
 pub use crate::admin::MetricsAuth;
 
 /// The namespace of the plain manifests.
@@ -168,26 +168,7 @@ pub struct Install {
     /// off by default.
     pub fleet: Option<FleetSetup>,
     /// The node agent's DaemonSet and RBAC (docs/node.md); none by default.
-    pub node_agent: Option<super::node_agent::NodeAgentSetup>,
-}
-
-/// The plain manifests' fleet, as the chart's `fleet` values (docs/fleet.md).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FleetSetup {
-    /// The namespaces holding the kubeconfig Secrets and Cluster API `Cluster`s
-    /// (`--fleet-namespace`); empty: cheiron's own namespace (never every namespace).
-    pub namespaces: Vec<String>,
-}
-
-impl FleetSetup {
-    /// The fleet namespaces of an install in `own`: those named, or `own`.
-    pub fn namespaces_in(&self, own: &str) -> Vec<String> {
-        if self.namespaces.is_empty() {
-            vec![own.to_owned()]
-        } else {
-            self.namespaces.clone()
-        }
-    }
+    pub node_agent: Option<NodeAgentSetup>,
 }
 
 impl Default for Install {

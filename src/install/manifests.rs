@@ -14,12 +14,14 @@ use serde_json::Value;
 
 use super::{
     WebhookClient, WebhookRegistration, certificates,
-    credential_providers::{CredentialProviderSetup, TOKENS as CREDENTIAL_PROVIDER_TOKENS},
+    credential_providers::TOKENS as CREDENTIAL_PROVIDER_TOKENS,
     installation::{
-        CERTIFICATES, CONTROLLER, DeploymentMode, FleetSetup, Install, LEASE, METRICS_AUTH,
-        METRICS_READER, MetricsAuth, NAME, SERVICE_PORT, TLS_SECRET, WEBHOOK, Workload,
+        CERTIFICATES, CONTROLLER, DeploymentMode, Install, LEASE, METRICS_AUTH, METRICS_READER,
+        MetricsAuth, NAME, SERVICE_PORT, TLS_SECRET, WEBHOOK, Workload,
     },
-    network_policy, rbac, workload,
+    network_policy, rbac,
+    setup::{CredentialProviderSetup, FleetSetup},
+    workload,
 };
 
 /// The Role and RoleBinding of the controller's Lease.

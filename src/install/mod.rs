@@ -10,6 +10,7 @@ mod manifests;
 mod network_policy;
 mod node_agent;
 pub mod rbac;
+mod setup;
 mod webhook_configuration;
 mod workload;
 
@@ -18,16 +19,16 @@ pub use certificates::{JOB_TTL_SECONDS, create_args, patch_args};
 pub(crate) use credential_providers::tests::CONFIG as EXAMPLE_CREDENTIAL_PROVIDER_CONFIG;
 pub use credential_providers::{
     CONFIG_DIR as CREDENTIAL_PROVIDER_CONFIG_DIR, CONFIG_MAP as CREDENTIAL_PROVIDER_CONFIG_MAP,
-    CredentialProviderSetup, PLUGINS_DIR as CREDENTIAL_PROVIDER_PLUGINS_DIR, SetupError,
-    TOKENS as CREDENTIAL_PROVIDER_TOKENS,
+    PLUGINS_DIR as CREDENTIAL_PROVIDER_PLUGINS_DIR, TOKENS as CREDENTIAL_PROVIDER_TOKENS,
 };
 pub use installation::{
-    ADMIN_PORT, CERTIFICATES, CONTROLLER, DEFAULT_NAMESPACE, DeploymentMode, FleetSetup, Install,
-    LEASE, METRICS_AUTH, METRICS_READER, MetricsAuth, NAME, RUN_AS, SERVICE_PORT,
-    SHUTDOWN_DELAY_SECONDS, TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR, TLS_SECRET, WEBHOOK,
-    WEBHOOK_PORT, Workload, default_image,
+    ADMIN_PORT, CERTIFICATES, CONTROLLER, DEFAULT_NAMESPACE, DeploymentMode, Install, LEASE,
+    METRICS_AUTH, METRICS_READER, MetricsAuth, NAME, RUN_AS, SERVICE_PORT, SHUTDOWN_DELAY_SECONDS,
+    TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR, TLS_SECRET, WEBHOOK, WEBHOOK_PORT, Workload,
+    default_image,
 };
 pub use manifests::{ManifestError, ManifestFile};
-pub use node_agent::{NODE_AGENT, NODE_AGENT_REPORT, NodeAgentSetup};
+pub use node_agent::{NODE_AGENT, NODE_AGENT_REPORT};
+pub use setup::{CredentialProviderSetup, FleetSetup, NodeAgentSetup, SetupError};
 pub use webhook_configuration::{FailurePolicy, WebhookClient, WebhookRegistration};
 pub use workload::container_args;

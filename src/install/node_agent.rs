@@ -14,7 +14,9 @@ use serde_json::{Value, json};
 use super::{
     installation::{ADMIN_PORT, Install, METRICS_AUTH, MetricsAuth},
     manifests::ManifestError,
-    rbac, workload,
+    rbac,
+    setup::NodeAgentSetup,
+    workload,
 };
 
 /// The agent's ServiceAccount, ClusterRole, Roles and DaemonSet.
@@ -24,30 +26,10 @@ pub const NODE_AGENT: &str = "cheiron-node-agent";
 pub const NODE_AGENT_REPORT: &str = "cheiron-node-agent-report";
 /// The binding of [`METRICS_AUTH`] to the agent, with `--metrics-auth kubernetes`.
 pub const NODE_AGENT_METRICS_AUTH: &str = "cheiron-node-agent-metrics-auth";
-/// The node namespace's default: cheiron's namespace and this suffix.
-pub const NODE_NAMESPACE_SUFFIX: &str = "-node";
 /// The host directory of the credentials file and the merge state (the chart's
 /// `node.stateDir`).
 pub const STATE_DIR: &str = "/var/lib/cheiron";
 const COMPONENT: &str = "node-agent";
-
-/// What `--node` installs: where the agents run.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NodeAgentSetup {
-    /// The chart's `node.namespace`: the agents' namespace, of their ServiceAccount, their
-    /// report Leases and the node credentials (none: cheiron's namespace and
-    /// [`NODE_NAMESPACE_SUFFIX`]).
-    pub namespace: Option<String>,
-}
-
-impl NodeAgentSetup {
-    /// The node namespace of an installation in `cheiron_namespace`.
-    pub fn namespace_of(&self, cheiron_namespace: &str) -> String {
-        self.namespace
-            .clone()
-            .unwrap_or_else(|| format!("{cheiron_namespace}{NODE_NAMESPACE_SUFFIX}"))
-    }
-}
 
 /// The CEL of [`NODE_AGENT_REPORT`]'s policy: the token is bound to a Pod on a node, the Lease
 /// names that node as its holder and, unless the name is too long to be spelt out (then
@@ -279,6 +261,7 @@ impl Install {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::install::setup::NODE_NAMESPACE_SUFFIX;
 
     fn objects(install: &Install) -> Vec<Value> {
         install
