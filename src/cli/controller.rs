@@ -19,6 +19,7 @@ use crate::{
 
 /// Controller flags, shared by `controller` and `run`.
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Controller")]
 pub struct ControllerArgs {
     /// Run the controller only while holding the Lease (default; safe with several replicas).
     /// `CHEIRON_LEADER_ELECTION=false` turns it off like --no-leader-election.
@@ -95,8 +96,20 @@ pub struct ControllerArgs {
         env = "CHEIRON_MISSING_SECRET_GRACE"
     )]
     pub missing_secret_grace: u64,
+    /// Where the node agents write their report Leases (docs/node.md): the node namespace of
+    /// `cheiron manifests --node` and the chart (default: this replica's namespace).
+    #[arg(long, value_name = "NS", env = "CHEIRON_NODE_NAMESPACE")]
+    pub node_namespace: Option<String>,
     #[command(flatten)]
     pub credential_providers: CredentialProviderArgs,
+    #[command(flatten)]
+    pub fleet: FleetArgs,
+}
+
+/// Workload-cluster flags (docs/fleet.md).
+#[derive(Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Workload clusters (--fleet)")]
+pub struct FleetArgs {
     /// Act in workload clusters too: ClusterImagePullSecretManagers whose spec.clusters
     /// selects them reach the clusters whose kubeconfig Secrets (Cluster API's
     /// `<cluster>-kubeconfig`) this controller may read (docs/fleet.md).
@@ -165,15 +178,43 @@ pub struct ControllerArgs {
         env = "CHEIRON_FLEET_CLEANUP_TIMEOUT"
     )]
     pub fleet_cleanup_timeout: u64,
-    /// Where the node agents write their report Leases (docs/node.md): the node namespace of
-    /// `cheiron manifests --node` and the chart (default: this replica's namespace).
-    #[arg(long, value_name = "NS", env = "CHEIRON_NODE_NAMESPACE")]
-    pub node_namespace: Option<String>,
+}
+
+impl FleetArgs {
+    /// The fleet's options; without --fleet-namespace, `own_namespace` (never every
+    /// namespace).
+    pub fn options(self, own_namespace: Option<&String>) -> controller::fleet::FleetOptions {
+        let Self {
+            fleet,
+            fleet_namespace,
+            fleet_select_by_secret_labels,
+            fleet_allow_insecure,
+            fleet_max_clusters,
+            fleet_max_response_bytes,
+            fleet_max_list_pages,
+            fleet_cleanup_timeout,
+        } = self;
+        controller::fleet::FleetOptions {
+            enabled: fleet,
+            namespaces: if fleet_namespace.is_empty() {
+                own_namespace.into_iter().cloned().collect()
+            } else {
+                fleet_namespace
+            },
+            cleanup_timeout: Duration::from_secs(fleet_cleanup_timeout),
+            select_by_secret_labels: fleet_select_by_secret_labels,
+            allow_insecure: fleet_allow_insecure,
+            max_clusters: fleet_max_clusters,
+            max_response_bytes: fleet_max_response_bytes,
+            max_list_pages: fleet_max_list_pages,
+        }
+    }
 }
 
 /// Credential-provider flags: the kubelet's exec plugins, run by the controller
 /// (docs/credential-providers.md).
 #[derive(Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Credential providers")]
 pub struct CredentialProviderArgs {
     /// The kubelet's CredentialProviderConfig (a file, or a directory of .json/.yaml/.yml
     /// files), as the kubelet's --image-credential-provider-config. Without it, entries with
@@ -273,14 +314,7 @@ impl ControllerArgs {
             missing_secret_grace,
             credential_providers,
             fleet,
-            fleet_namespace,
-            fleet_cleanup_timeout,
             node_namespace,
-            fleet_select_by_secret_labels,
-            fleet_allow_insecure,
-            fleet_max_clusters,
-            fleet_max_response_bytes,
-            fleet_max_list_pages,
         } = self;
         let instance = pod_name
             .or_else(|| std::env::var("HOSTNAME").ok())
@@ -289,28 +323,14 @@ impl ControllerArgs {
             .clone()
             .or_else(|| leader_election_namespace.clone())
             .or_else(|| Some(client.default_namespace().to_owned()));
-        // Without --fleet-namespace, cheiron's own namespace: never every namespace.
-        let fleet_namespaces = if fleet_namespace.is_empty() {
-            own_namespace.iter().cloned().collect()
-        } else {
-            fleet_namespace
-        };
+        let fleet = fleet.options(own_namespace.as_ref());
         let options = ControllerOptions {
             resync: Duration::from_secs(resync),
             instance,
             max_source_watches,
             node_report_namespace: node_namespace.or_else(|| own_namespace.clone()),
             credentials: credential_providers.settings(own_namespace)?,
-            fleet: controller::fleet::FleetOptions {
-                enabled: fleet,
-                namespaces: fleet_namespaces,
-                cleanup_timeout: Duration::from_secs(fleet_cleanup_timeout),
-                select_by_secret_labels: fleet_select_by_secret_labels,
-                allow_insecure: fleet_allow_insecure,
-                max_clusters: fleet_max_clusters,
-                max_response_bytes: fleet_max_response_bytes,
-                max_list_pages: fleet_max_list_pages,
-            },
+            fleet,
             missing_secret_grace: Duration::from_secs(missing_secret_grace),
             ..ControllerOptions::default()
         };
