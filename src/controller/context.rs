@@ -4,7 +4,7 @@
 //! it needs to.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashSet,
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -19,6 +19,7 @@ use kube::{
 };
 
 use super::{
+    backoff::Backoff,
     events::EventPublisher,
     kinds::ManagerRef,
     namespaces::{LiveNamespaces, NamespaceCache},
@@ -57,7 +58,7 @@ pub struct Context {
     /// The node namespace: where mode Node managers' credentials are handed to the node
     /// agents (controller/node_credentials.rs), and where their reports are.
     pub(super) node_namespace: String,
-    failures: Mutex<HashMap<String, u32>>,
+    failures: Backoff<String>,
     clashes: Mutex<HashSet<(String, String)>>,
 }
 
@@ -105,7 +106,7 @@ impl Context {
             credentials: CredentialProviders::new(Default::default(), None, None),
             others: None,
             node_namespace,
-            failures: Mutex::default(),
+            failures: Backoff::default(),
             clashes: Mutex::default(),
         }
     }
@@ -196,18 +197,11 @@ impl Context {
 
     /// Counts a failed reconcile of `r` and returns how many came before it.
     pub(super) fn record_failure(&self, r: &ObjectReference) -> u32 {
-        let Ok(mut failures) = self.failures.lock() else {
-            return 0;
-        };
-        let n = failures.entry(failure_key(r)).or_insert(0);
-        *n = n.saturating_add(1);
-        *n - 1
+        self.failures.record_failure(failure_key(r))
     }
 
     pub(super) fn reset_failures(&self, r: &ObjectReference) {
-        if let Ok(mut failures) = self.failures.lock() {
-            failures.remove(&failure_key(r));
-        }
+        self.failures.reset(&failure_key(r));
     }
 
     /// Publishes an Event; a failure to publish is logged, never fatal.

@@ -53,6 +53,7 @@ use tokio::task::AbortHandle;
 
 use super::{
     AbortOnDrop,
+    backoff::Backoff,
     context::{Caches, Context},
     events,
     kinds::ManagerRef,
@@ -322,7 +323,7 @@ pub(super) struct Fleet {
     managers: Store<ClusterImagePullSecretManager>,
     reporter: Reporter,
     /// Failed syncs in a row, by manager name and cluster, for the backoff.
-    failures: Mutex<HashMap<(String, String), u32>>,
+    failures: Backoff<(String, String)>,
     /// Held while the connections are brought in line with [`wanted`], so that two reconciles
     /// never connect to one cluster twice.
     refreshing: tokio::sync::Mutex<()>,
@@ -349,7 +350,7 @@ impl Fleet {
             triggers,
             managers,
             reporter,
-            failures: Mutex::default(),
+            failures: Backoff::default(),
             refreshing: tokio::sync::Mutex::default(),
         }
     }
@@ -559,20 +560,13 @@ impl Fleet {
 
     /// Counts a failed sync of `manager` into `cluster`; how many came before it.
     pub(super) fn record_failure(&self, manager: &str, cluster: &str) -> u32 {
-        let Ok(mut failures) = self.failures.lock() else {
-            return 0;
-        };
-        let n = failures
-            .entry((manager.to_owned(), cluster.to_owned()))
-            .or_insert(0);
-        *n = n.saturating_add(1);
-        *n - 1
+        self.failures
+            .record_failure((manager.to_owned(), cluster.to_owned()))
     }
 
     pub(super) fn reset_failures(&self, manager: &str, cluster: &str) {
-        if let Ok(mut failures) = self.failures.lock() {
-            failures.remove(&(manager.to_owned(), cluster.to_owned()));
-        }
+        self.failures
+            .reset(&(manager.to_owned(), cluster.to_owned()));
     }
 
     pub(super) fn metrics(&self) -> &Metrics {

@@ -17,6 +17,7 @@
 //! `triggers`/`source_watches`.
 
 mod audit_gauge;
+mod backoff;
 mod context;
 mod error;
 mod events;

@@ -21,6 +21,7 @@ use kube::{
 use serde_json::json;
 
 use super::{
+    backoff::retry_delay,
     context::Context,
     error::{ControllerError, Issue, IssueKind},
     kinds::ManagerObject,
@@ -170,19 +171,10 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         ctx.metrics.reconcile.record_issue(issue.kind.as_str());
     }
 
-    let troubled: BTreeSet<&str> = issues
-        .iter()
-        .map(|i| i.namespace.as_str())
-        .chain(plan.held.iter().map(|(ns, _)| ns.as_str()))
-        .collect();
     let findings = Findings {
         generation: manager.meta().generation,
         targets: plan.targets.len(),
-        synced: plan
-            .targets
-            .iter()
-            .filter(|t| !troubled.contains(t.as_str()))
-            .count(),
+        synced: synced_namespaces(&plan, &issues),
         problems: desired.problems,
         issues,
         inline_passwords: desired.inline_passwords,
@@ -237,6 +229,20 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
 pub(super) struct ClusterSync {
     pub plan: plan::Plan,
     pub issues: Vec<Issue>,
+}
+
+/// How many of `plan`'s target namespaces are in step: none of `issues` and no Secret held by
+/// another manager there.
+pub(super) fn synced_namespaces(plan: &plan::Plan, issues: &[Issue]) -> usize {
+    let troubled: BTreeSet<&str> = issues
+        .iter()
+        .map(|i| i.namespace.as_str())
+        .chain(plan.held.iter().map(|(ns, _)| ns.as_str()))
+        .collect();
+    plan.targets
+        .iter()
+        .filter(|t| !troubled.contains(t.as_str()))
+        .count()
 }
 
 /// Materialises `desired` for `compiled` in the cluster `target` reaches (this one or a
@@ -300,26 +306,6 @@ pub(super) async fn sync_in(
     }
     issues.extend(remove(target, id, &names, &plan.deletes, &others, report).await);
     ClusterSync { plan, issues }
-}
-
-/// The first retry after a failure, doubling up to [`MAX_RETRY_DELAY`].
-const FIRST_RETRY_DELAY: Duration = Duration::from_secs(5);
-/// The longest wait between retries of a manager that keeps failing.
-const MAX_RETRY_DELAY: Duration = Duration::from_secs(300);
-
-/// How long to wait before retrying a manager named `name` after `failures` failed attempts
-/// in a row: exponential, capped, and spread by up to ±20 % per manager, so that managers
-/// failing together (an apiserver throttling everyone) do not retry together.
-pub(super) fn retry_delay(name: &str, failures: u32) -> Duration {
-    use std::hash::{Hash, Hasher};
-    let base = FIRST_RETRY_DELAY
-        .saturating_mul(1u32 << failures.min(6))
-        .min(MAX_RETRY_DELAY);
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    (name, failures).hash(&mut hasher);
-    // A factor in [0.8, 1.2), fixed for a given manager and attempt.
-    let spread = 0.8 + f64::from(u32::try_from(hasher.finish() % 400).unwrap_or(0)) / 1000.0;
-    base.mul_f64(spread).min(MAX_RETRY_DELAY)
 }
 
 async fn write_status<K: ManagerObject>(
@@ -521,30 +507,4 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
         .chain(stale.iter().map(|s| &s.name));
     ctx.trigger(&plan::rivals(&id, held.map(String::as_str), &others));
     Ok(Action::await_change())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retries_back_off_exponentially_up_to_a_cap_with_jitter() {
-        let delays: Vec<Duration> = (0..10).map(|n| retry_delay("m", n)).collect();
-        for (n, d) in delays.iter().enumerate() {
-            let base = FIRST_RETRY_DELAY
-                .saturating_mul(1 << n.min(6))
-                .min(MAX_RETRY_DELAY);
-            assert!(
-                *d >= base.mul_f64(0.8) && *d <= base.mul_f64(1.2),
-                "attempt {n}: {d:?}"
-            );
-            assert!(*d <= MAX_RETRY_DELAY);
-        }
-        assert!(delays[3] > delays[0] * 4, "{delays:?}");
-        assert!(delays[9] >= MAX_RETRY_DELAY.mul_f64(0.8));
-        // Managers that fail together are spread out.
-        let spread: std::collections::BTreeSet<Duration> =
-            (0..20).map(|i| retry_delay(&format!("m{i}"), 2)).collect();
-        assert!(spread.len() > 10, "{spread:?}");
-    }
 }

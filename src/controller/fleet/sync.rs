@@ -17,10 +17,11 @@ use crate::{
     api::{ClusterImagePullSecretManager, ClusterStatus},
     content::desired::DesiredSecret,
     controller::{
+        backoff::retry_delay,
         error::{Issue, IssueKind},
         kinds::ManagerObject,
         other_clusters::{CleanedUp, OtherClusters, Synced},
-        reconcile::{retry_delay, sync_in},
+        reconcile::{sync_in, synced_namespaces},
         serviceaccount::ServiceAccountReport,
     },
     policy::Manager,
@@ -296,19 +297,8 @@ async fn sync_workload(
         target, &compiled, &uid, None, owner, desired, &claimants, report,
     )
     .await;
-    let troubled: BTreeSet<&str> = sync
-        .issues
-        .iter()
-        .map(|i| i.namespace.as_str())
-        .chain(sync.plan.held.iter().map(|(ns, _)| ns.as_str()))
-        .collect();
     let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
-    let synced = sync
-        .plan
-        .targets
-        .iter()
-        .filter(|t| !troubled.contains(t.as_str()))
-        .count();
+    let synced = synced_namespaces(&sync.plan, &sync.issues);
     let message = sync.issues.first().map(|i| {
         let more = sync.issues.len() - 1;
         if more > 0 {
