@@ -1,7 +1,7 @@
 //! The plain manifests of `webhook-config/`, for clusters installed without Helm: one
 //! [`Install`] describes the installation, [`Install::files`] renders it (the split
 //! [`DeploymentMode`]; [`Install::files_for`] renders either). `cheiron manifests` writes them,
-//! and `tests/install.rs` and CI fail when the committed copy drifts.
+//! and `tests/install/` and CI fail when the committed copy drifts.
 
 use k8s_openapi::{
     api::rbac::v1::{

@@ -7,7 +7,7 @@
 //! holds each agent to its own node's Lease), read and watch the Secrets of the node namespace
 //! (the node credentials the controller writes there). No manager, no source Secret, and no
 //! right at all in cheiron's namespace: not its CA key, not the controller's leader Lease.
-//! `tests/install.rs` fails when the chart and this drift apart.
+//! `tests/install/` fails when the chart and this drift apart.
 
 use serde_json::{Value, json};
 

@@ -1,6 +1,6 @@
 //! Least-privilege RBAC: exactly the API calls the code makes, split by the part of cheiron
 //! that makes them, so a reviewer can check each rule against one module. The Helm chart's
-//! templates carry the same rules, and `tests/install.rs` fails when they differ or when a
+//! templates carry the same rules, and `tests/install/` fails when they differ or when a
 //! SubjectAccessReview shows a call the code needs is missing or a broader one is allowed.
 
 use k8s_openapi::api::rbac::v1::PolicyRule;

@@ -1,0 +1,185 @@
+//! Installing cheiron: the plain manifests of `webhook-config/` and the Helm chart of
+//! `charts/cheiron/`.
+//!
+//! - `drift`: the committed files are what the program generates.
+//! - `chart`: `helm lint --strict` passes, `helm template` renders every certificate option
+//!   and both deployment modes, and what the chart renders is what the plain manifests hold
+//!   (webhook registration, RBAC, Deployments, NetworkPolicies), so the two cannot drift apart;
+//!   invalid values are refused.
+//! - `cluster`: on a real kube-apiserver (the e2e harness, its own control plane for this
+//!   binary), both apply cleanly in a server-side dry run, their Pods meet the restricted Pod
+//!   Security Standard, SubjectAccessReviews show each ServiceAccount (webhook, controller,
+//!   combined, certificates) can make every call its code makes and nothing broader, and
+//!   `cheiron webhook`, `cheiron controller` and `cheiron run` do their job under exactly that
+//!   RBAC.
+//!
+//! Tests that need helm get it from `scripts/helm` and fail, with a message saying how to
+//! provide it, when it cannot.
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    sync::OnceLock,
+};
+
+use cheiron_harness::{self as harness, Result};
+use serde_json::Value;
+
+/// The cheiron the `cluster` tests start their cluster with.
+const CHEIRON: harness::Cheiron = harness::cheiron!();
+
+/// Release name and namespace the chart is rendered with: the names of the plain manifests.
+const RELEASE: &str = "cheiron";
+const NAMESPACE: &str = "cheiron-system";
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every document of a YAML stream, nulls (empty documents) left out.
+fn documents(text: &[u8]) -> Result<Vec<Value>> {
+    Ok(serde_saphyr::from_slice_multiple(text)?)
+}
+
+/// The committed plain manifests (everything but the CRDs), as a user applies them.
+fn plain_objects() -> Result<Vec<Value>> {
+    let mut objects = Vec::new();
+    for file in ["install.yaml", "webhook-certs.yaml"] {
+        let path = repo().join("webhook-config").join(file);
+        objects.extend(documents(
+            &std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?,
+        )?);
+    }
+    Ok(objects)
+}
+
+/// The plain manifests of the combined mode (`cheiron run` under one ServiceAccount), as
+/// `cheiron::install` renders them: only the split default is committed.
+fn combined_objects() -> Result<Vec<Value>> {
+    let install = cheiron::install::Install::default();
+    Ok([
+        install.server_objects_for(cheiron::install::DeploymentMode::Combined)?,
+        install.certificate_objects()?,
+    ]
+    .concat())
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> Result<&'a Value> {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .ok_or_else(|| format!("no {kind} {name} among {}", describe(objects)).into())
+}
+
+fn describe(objects: &[Value]) -> String {
+    let names: Vec<String> = objects
+        .iter()
+        .map(|o| format!("{}/{}", o["kind"], o["metadata"]["name"]).replace('"', ""))
+        .collect();
+    names.join(", ")
+}
+
+/// The path of a helm v3 executable from `scripts/helm` (built once from the Go module proxy
+/// and cached outside the repo). Its progress goes straight to stderr: a first build takes
+/// minutes.
+fn helm() -> Result<PathBuf> {
+    static HELM: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let found = HELM.get_or_init(|| {
+        let script = repo().join("scripts/helm");
+        let mut child = Command::new(&script)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        let mut progress = Vec::new();
+        if let Some(stderr) = child.stderr.take() {
+            for line in BufReader::new(stderr).lines().map_while(std::result::Result::ok) {
+                let _ = writeln!(std::io::stderr(), "{line}");
+                progress.push(line);
+            }
+        }
+        let mut stdout = String::new();
+        if let Some(mut out) = child.stdout.take() {
+            out.read_to_string(&mut stdout).map_err(|e| e.to_string())?;
+        }
+        let status = child.wait().map_err(|e| e.to_string())?;
+        let path = PathBuf::from(stdout.trim());
+        if !status.success() || stdout.trim().is_empty() {
+            return Err(format!(
+                "these tests need helm v3, and {} could not provide it ({status}):\n{}\n\
+                 Install Go >= 1.26 (scripts/helm then builds helm from the Go module proxy once \
+                 and caches it in ~/.cache/cheiron/helm/) or set CHEIRON_HELM to a helm v3 executable.",
+                script.display(),
+                progress.join("\n")
+            ));
+        }
+        Ok(path)
+    });
+    found.clone().map_err(Into::into)
+}
+
+/// Runs helm with `args`, returning its output whatever its exit status.
+fn run_helm(args: &[&str]) -> Result<Output> {
+    Ok(Command::new(helm()?)
+        .args(args)
+        .current_dir(repo())
+        .stdin(Stdio::null())
+        .output()?)
+}
+
+/// `helm template` of the chart as release [`RELEASE`] in [`NAMESPACE`] with `--set` values.
+fn render(values: &[&str]) -> Result<Vec<Value>> {
+    let output = run_helm(&template_args(values))?;
+    if !output.status.success() {
+        return Err(format!(
+            "helm template {values:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    documents(&output.stdout)
+}
+
+fn template_args<'a>(values: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "template",
+        RELEASE,
+        "charts/cheiron",
+        "--namespace",
+        NAMESPACE,
+    ];
+    for value in values {
+        args.extend(["--set", value]);
+    }
+    args
+}
+
+/// Values that switch on every optional part: cert-manager certificates and a ServiceMonitor.
+const CERT_MANAGER_AND_MONITORING: [&str; 2] = [
+    "certificates.source=cert-manager",
+    "serviceMonitor.enabled=true",
+];
+
+/// The API groups whose CRDs (cert-manager, Prometheus Operator) the test cluster lacks:
+/// their objects are checked as rendered only.
+const FOREIGN_GROUPS: [&str; 2] = ["cert-manager.io/", "monitoring.coreos.com/"];
+
+fn is_foreign(object: &Value) -> bool {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    FOREIGN_GROUPS.iter().any(|g| api_version.starts_with(g))
+}
+
+mod drift;
+
+mod chart;
+
+mod cluster;
+
+/// The chart's opt-in PrometheusRule: `promtool` accepts it and its unit tests
+/// (`tests/alerts/rules_test.yaml`) pass, and every metric its expressions use is one a
+/// running cheiron exports.
+mod alerts;
+
+mod node_agent;
