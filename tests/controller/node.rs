@@ -572,34 +572,7 @@ fn metric(text: &str, name: &str) -> f64 {
 
 /// Applies `object` (server-side, as the test's admin).
 async fn apply_object(client: &kube::Client, object: &Value) -> Result {
-    use kube::{
-        api::{DynamicObject, GroupVersionKind, Patch, PatchParams},
-        discovery::Scope,
-    };
-    let object: DynamicObject = serde_json::from_value(object.clone())?;
-    let types = object
-        .types
-        .clone()
-        .ok_or("an object without apiVersion and kind")?;
-    let gvk = GroupVersionKind::try_from(&types)?;
-    let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk).await?;
-    let api: Api<DynamicObject> = match capabilities.scope {
-        Scope::Namespaced => Api::namespaced_with(
-            client.clone(),
-            object.metadata.namespace.as_deref().unwrap_or("default"),
-            &resource,
-        ),
-        Scope::Cluster => Api::all_with(client.clone(), &resource),
-    };
-    let name = object.metadata.name.clone().unwrap_or_default();
-    api.patch(
-        &name,
-        &PatchParams::apply("cheiron-e2e").force(),
-        &Patch::Apply(&object),
-    )
-    .await
-    .map_err(|e| format!("{} {name}: {e}", types.kind))?;
-    Ok(())
+    crate::harness::apply_object(client, object, "cheiron-e2e", true).await
 }
 
 /// `cheiron manifests --node --metrics-auth kubernetes --namespace OWN --node-namespace NODES`

@@ -12,10 +12,7 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client, ResourceExt,
-    api::{
-        DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
-    },
-    discovery::{Scope, pinned_kind},
+    api::{DeleteParams, DynamicObject, ListParams, PostParams},
 };
 use tokio::sync::OnceCell;
 
@@ -39,28 +36,7 @@ where
 
 /// Server-side applies `object`, as a dry run unless `persist`.
 async fn apply(client: &Client, object: &Value, persist: bool) -> Result<()> {
-    let object: DynamicObject = serde_json::from_value(object.clone())?;
-    let types = object.types.clone().unwrap_or_default();
-    let gvk = GroupVersionKind::try_from(&types)?;
-    let (resource, capabilities) = pinned_kind(client, &gvk)
-        .await
-        .map_err(|e| format!("{} {}: not served: {e}", types.kind, object.name_any()))?;
-    let api: Api<DynamicObject> = match capabilities.scope {
-        Scope::Namespaced => Api::namespaced_with(
-            client.clone(),
-            object.metadata.namespace.as_deref().unwrap_or("default"),
-            &resource,
-        ),
-        Scope::Cluster => Api::all_with(client.clone(), &resource),
-    };
-    let mut params = PatchParams::apply(FIELD_MANAGER).force();
-    if !persist {
-        params = params.dry_run();
-    }
-    api.patch(&object.name_any(), &params, &Patch::Apply(&object))
-        .await
-        .map_err(|e| format!("{} {}: {e}", types.kind, object.name_any()))?;
-    Ok(())
+    harness::apply_object(client, object, FIELD_MANAGER, persist).await
 }
 
 /// Applies every object as a server-side dry run; all failures in one message.

@@ -42,7 +42,7 @@ pub use cluster::{Cluster, run_dir};
 pub use control_plane::{
     ControlPlane, ControlPlaneOptions, LIMITED_USER, apiserver_log_lines, free_ports,
 };
-pub use objects::{Admitted, pod, service_account};
+pub use objects::{Admitted, apply_object, pod, service_account};
 pub use process::rss_bytes;
 pub use scenario::{SCENARIO_LABEL, SETTLE, Scenario};
 pub use wait::wait_for;

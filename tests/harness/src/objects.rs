@@ -117,3 +117,40 @@ impl Admitted for Pod {
         &self.metadata
     }
 }
+
+/// Server-side applies `object` (any kind the cluster serves) as `field_manager`, forcing
+/// conflicts, as a dry run unless `persist`; an error names the object's kind and name.
+pub async fn apply_object(
+    client: &kube::Client,
+    object: &serde_json::Value,
+    field_manager: &str,
+    persist: bool,
+) -> crate::Result {
+    use kube::{
+        Api, ResourceExt,
+        api::{DynamicObject, GroupVersionKind, Patch, PatchParams},
+        discovery::{Scope, pinned_kind},
+    };
+    let object: DynamicObject = serde_json::from_value(object.clone())?;
+    let types = object.types.clone().unwrap_or_default();
+    let gvk = GroupVersionKind::try_from(&types)?;
+    let (resource, capabilities) = pinned_kind(client, &gvk)
+        .await
+        .map_err(|e| format!("{} {}: not served: {e}", types.kind, object.name_any()))?;
+    let api: Api<DynamicObject> = match capabilities.scope {
+        Scope::Namespaced => Api::namespaced_with(
+            client.clone(),
+            object.metadata.namespace.as_deref().unwrap_or("default"),
+            &resource,
+        ),
+        Scope::Cluster => Api::all_with(client.clone(), &resource),
+    };
+    let mut params = PatchParams::apply(field_manager).force();
+    if !persist {
+        params = params.dry_run();
+    }
+    api.patch(&object.name_any(), &params, &Patch::Apply(&object))
+        .await
+        .map_err(|e| format!("{} {}: {e}", types.kind, object.name_any()))?;
+    Ok(())
+}
