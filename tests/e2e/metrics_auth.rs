@@ -7,10 +7,8 @@
 
 use std::{net::SocketAddr, path::Path, time::Duration};
 
-use base64::Engine;
 use cheiron::install::rbac;
 use k8s_openapi::api::{
-    authentication::v1::{TokenRequest, TokenRequestSpec},
     core::v1::ServiceAccount,
     rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject},
 };
@@ -18,7 +16,7 @@ use kube::{Api, api::PostParams, core::ObjectMeta};
 
 use crate::{
     CHEIRON,
-    harness::{Result, Scenario, WebhookProcess, wait_for},
+    harness::{self, Result, Scenario, WebhookProcess, wait_for},
 };
 
 /// Refusals are remembered for 10 s: a binding made just before the first scrape may take
@@ -76,47 +74,12 @@ async fn grant(s: &Scenario, ns: &str, sa: &str, rules: Vec<PolicyRule>) -> Resu
 
 /// A bound token of ServiceAccount `ns/sa` (TokenRequest), valid for an hour.
 async fn token(s: &Scenario, ns: &str, sa: &str) -> Result<String> {
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
-            expiration_seconds: Some(3600),
-            bound_object_ref: None,
-        },
-        ..TokenRequest::default()
-    };
-    Ok(Api::<ServiceAccount>::namespaced(s.client().clone(), ns)
-        .create_token_request(sa, &PostParams::default(), &request)
-        .await?
-        .status
-        .map(|s| s.token)
-        .ok_or("the TokenRequest returned no token")?)
+    harness::service_account_token(s.client(), ns, sa).await
 }
 
 /// A kubeconfig for the apiserver of `config` that authenticates with `token`.
 fn kubeconfig(config: &kube::Config, token: &str, path: &Path) -> Result {
-    let engine = base64::engine::general_purpose::STANDARD;
-    let mut ca = String::new();
-    for der in config.root_cert.iter().flatten() {
-        ca.push_str("-----BEGIN CERTIFICATE-----\n");
-        for line in engine.encode(der).as_bytes().chunks(64) {
-            ca.push_str(&String::from_utf8_lossy(line));
-            ca.push('\n');
-        }
-        ca.push_str("-----END CERTIFICATE-----\n");
-    }
-    std::fs::write(
-        path,
-        format!(
-            "apiVersion: v1\nkind: Config\n\
-             clusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\
-             users:\n- name: u\n  user:\n    token: {token}\n\
-             contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n\
-             current-context: c\n",
-            config.cluster_url,
-            engine.encode(ca)
-        ),
-    )?;
-    Ok(())
+    harness::write_token_kubeconfig(config, token, path)
 }
 
 /// Status and body of `GET /metrics` with `authorization` as the `Authorization` header.

@@ -4,7 +4,6 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use k8s_openapi::api::{
-    authentication::v1::{TokenRequest, TokenRequestSpec},
     authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
     coordination::v1::Lease,
     core::v1::{Namespace, Pod, Secret, ServiceAccount},
@@ -749,44 +748,8 @@ async fn service_account_kubeconfig(
     service_account: &str,
     path: &Path,
 ) -> Result {
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
-            expiration_seconds: Some(3600),
-            bound_object_ref: None,
-        },
-        ..TokenRequest::default()
-    };
-    let token = Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE)
-        .create_token_request(service_account, &PostParams::default(), &request)
-        .await?
-        .status
-        .map(|s| s.token)
-        .ok_or("the TokenRequest returned no token")?;
-    let engine = base64::engine::general_purpose::STANDARD;
-    let mut ca = String::new();
-    for der in config.root_cert.iter().flatten() {
-        ca.push_str("-----BEGIN CERTIFICATE-----\n");
-        let encoded = engine.encode(der);
-        for line in encoded.as_bytes().chunks(64) {
-            ca.push_str(&String::from_utf8_lossy(line));
-            ca.push('\n');
-        }
-        ca.push_str("-----END CERTIFICATE-----\n");
-    }
-    std::fs::write(
-        path,
-        format!(
-            "apiVersion: v1\nkind: Config\n\
-                 clusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {}\n\
-                 users:\n- name: u\n  user:\n    token: {token}\n\
-                 contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n\
-                 current-context: c\n",
-            config.cluster_url,
-            engine.encode(ca)
-        ),
-    )?;
-    Ok(())
+    let token = harness::service_account_token(client, NAMESPACE, service_account).await?;
+    harness::write_token_kubeconfig(config, &token, path)
 }
 
 #[tokio::test]

@@ -34,6 +34,7 @@ mod scenario;
 pub mod service_proxy;
 pub mod source;
 pub mod stats;
+mod tokens;
 mod wait;
 mod webhook;
 pub mod workload;
@@ -45,6 +46,7 @@ pub use control_plane::{
 pub use objects::{Admitted, apply_object, pod, service_account};
 pub use process::rss_bytes;
 pub use scenario::{SCENARIO_LABEL, SETTLE, Scenario};
+pub use tokens::{service_account_token, write_token_kubeconfig};
 pub use wait::wait_for;
 pub use webhook::{WebhookCertificates, WebhookProcess, install_crds, register};
 
