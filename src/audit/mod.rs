@@ -46,6 +46,7 @@ pub fn lacking<'m>(
 }
 
 pub mod cluster;
+pub mod gauge;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 /// Why an object lacks what policy wants.

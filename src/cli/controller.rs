@@ -9,12 +9,18 @@ use tokio_util::sync::CancellationToken;
 use super::{AdminArgs, ServeArgs};
 use crate::{
     admin::{AdminState, ReadyFlag, serve_admin},
-    controller::{
-        self, ControllerOptions, LeaderElection,
+    audit::gauge::{self, Counted},
+    controller::{self, Controller, ControllerError, ControllerOptions},
+    fleet::{Fleet, FleetOptions},
+    metrics::Metrics,
+    node,
+    runtime::{
+        LeaderElection,
+        events::{self, EventPublisher},
         pace::{self, MAX_API_REQUESTS_IN_FLIGHT, Pace},
     },
-    metrics::Metrics,
     source::ClusterSource,
+    warnings::missing_secrets,
 };
 
 /// Controller flags, shared by `controller` and `run`.
@@ -91,7 +97,7 @@ pub struct ControllerArgs {
     #[arg(
         long,
         value_name = "SECONDS",
-        default_value_t = controller::missing_secrets::DEFAULT_GRACE.as_secs(),
+        default_value_t = crate::warnings::missing_secrets::DEFAULT_GRACE.as_secs(),
         value_parser = clap::value_parser!(u64).range(1..=86_400),
         env = "CHEIRON_MISSING_SECRET_GRACE"
     )]
@@ -138,7 +144,7 @@ pub struct FleetArgs {
     #[arg(
         long,
         value_name = "N",
-        default_value_t = controller::fleet::DEFAULT_MAX_CLUSTERS,
+        default_value_t = crate::fleet::DEFAULT_MAX_CLUSTERS,
         value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000),
         requires = "fleet",
         env = "CHEIRON_FLEET_MAX_CLUSTERS"
@@ -149,7 +155,7 @@ pub struct FleetArgs {
     #[arg(
         long,
         value_name = "BYTES",
-        default_value_t = controller::fleet::DEFAULT_MAX_RESPONSE_BYTES,
+        default_value_t = crate::fleet::DEFAULT_MAX_RESPONSE_BYTES,
         value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(65_536..=1_073_741_824),
         requires = "fleet",
         env = "CHEIRON_FLEET_MAX_RESPONSE_BYTES"
@@ -160,7 +166,7 @@ pub struct FleetArgs {
     #[arg(
         long,
         value_name = "N",
-        default_value_t = controller::fleet::DEFAULT_MAX_LIST_PAGES,
+        default_value_t = crate::fleet::DEFAULT_MAX_LIST_PAGES,
         value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000),
         requires = "fleet",
         env = "CHEIRON_FLEET_MAX_LIST_PAGES"
@@ -172,7 +178,7 @@ pub struct FleetArgs {
     #[arg(
         long,
         value_name = "SECONDS",
-        default_value_t = controller::fleet::DEFAULT_CLEANUP_TIMEOUT.as_secs(),
+        default_value_t = crate::fleet::DEFAULT_CLEANUP_TIMEOUT.as_secs(),
         value_parser = clap::value_parser!(u64).range(1..=604_800),
         requires = "fleet",
         env = "CHEIRON_FLEET_CLEANUP_TIMEOUT"
@@ -183,7 +189,7 @@ pub struct FleetArgs {
 impl FleetArgs {
     /// The fleet's options; without --fleet-namespace, `own_namespace` (never every
     /// namespace).
-    pub fn options(self, own_namespace: Option<&String>) -> controller::fleet::FleetOptions {
+    pub fn options(self, own_namespace: Option<&String>) -> crate::fleet::FleetOptions {
         let Self {
             fleet,
             fleet_namespace,
@@ -194,7 +200,7 @@ impl FleetArgs {
             fleet_max_list_pages,
             fleet_cleanup_timeout,
         } = self;
-        controller::fleet::FleetOptions {
+        crate::fleet::FleetOptions {
             enabled: fleet,
             namespaces: if fleet_namespace.is_empty() {
                 own_namespace.into_iter().cloned().collect()
@@ -324,19 +330,28 @@ impl ControllerArgs {
             .or_else(|| leader_election_namespace.clone())
             .or_else(|| Some(client.default_namespace().to_owned()));
         let fleet = fleet.options(own_namespace.as_ref());
+        let node_namespace = node_namespace
+            .or_else(|| own_namespace.clone())
+            .unwrap_or_else(|| client.default_namespace().to_owned());
         let options = ControllerOptions {
             resync: Duration::from_secs(resync),
             instance,
             max_source_watches,
-            node_report_namespace: node_namespace.or_else(|| own_namespace.clone()),
             credentials: credential_providers.settings(own_namespace)?,
+            ..ControllerOptions::default()
+        };
+        let identity = format!("{}-{}", options.instance, std::process::id());
+        let leading = Leading {
+            node_namespace,
+            client: client.clone(),
+            controller: options,
             fleet,
             missing_secret_grace: Duration::from_secs(missing_secret_grace),
-            ..ControllerOptions::default()
+            metrics: metrics.clone(),
         };
         if no_leader_election || !leader_election {
             metrics.operations.leader.set(1);
-            controller::run(client, options, metrics, ready, shutdown).await?;
+            lead(leading, ready, shutdown).await?;
             return Ok(());
         }
         let namespace = leader_election_namespace
@@ -345,7 +360,7 @@ impl ControllerArgs {
         let election = LeaderElection {
             namespace,
             name: leader_election_id,
-            identity: format!("{}-{}", options.instance, std::process::id()),
+            identity,
             lease_duration: Duration::from_secs(lease_duration),
         };
         let errors = Arc::new(std::sync::Mutex::new(None));
@@ -353,28 +368,24 @@ impl ControllerArgs {
         ready.set(true);
         election
             .run(client.clone(), shutdown, |term| {
-                let (client, options, metrics, ready, errors) = (
-                    client.clone(),
-                    options.clone(),
+                let (leading, metrics, ready, errors) = (
+                    leading.clone(),
                     metrics.clone(),
                     ready.clone(),
                     errors.clone(),
                 );
                 async move {
                     metrics.operations.leader.set(1);
-                    let leading = metrics.clone();
-                    if let Err(e) =
-                        controller::run(client, options, metrics, ready.clone(), term).await
-                    {
+                    if let Err(e) = lead(leading, ready.clone(), term).await {
                         tracing::error!(error = %e, "controller failed");
                         if let Ok(mut slot) = errors.lock() {
                             *slot = Some(e);
                         }
                     }
                     // Back to standing by.
-                    leading.operations.leader.set(0);
-                    leading.operations.managers.clear();
-                    leading.audit_findings.set(0);
+                    metrics.operations.leader.set(0);
+                    metrics.operations.managers.clear();
+                    metrics.audit_findings.set(0);
                     ready.set(true);
                 }
             })
@@ -387,6 +398,86 @@ impl ControllerArgs {
     }
 }
 
+/// What the leader runs: the controller and the capabilities around it.
+#[derive(Clone)]
+struct Leading {
+    client: kube::Client,
+    controller: ControllerOptions,
+    fleet: FleetOptions,
+    /// Where mode Node managers' credentials go and the node agents report (docs/node.md).
+    node_namespace: String,
+    missing_secret_grace: Duration,
+    metrics: Arc<Metrics>,
+}
+
+/// The composition root of one term as leader: builds the controller, starts each capability
+/// around it with only what it reads (the node agents' hand-off, the fleet, the node status,
+/// the audit gauge, the missing-secret warnings), and runs the controller until `shutdown`. The capabilities stop
+/// with it.
+async fn lead(
+    leading: Leading,
+    ready: Arc<ReadyFlag>,
+    shutdown: CancellationToken,
+) -> Result<(), ControllerError> {
+    let Leading {
+        client,
+        controller,
+        fleet,
+        node_namespace,
+        missing_secret_grace,
+        metrics,
+    } = leading;
+    let resync = controller.resync;
+    let mut controller = Controller::new(client.clone(), controller, metrics.clone()).await?;
+    let reporter = controller.reporter();
+    controller = controller.with_nodes(Arc::new(node::handoff::Handoff::new(
+        client.clone(),
+        node_namespace.clone(),
+    )));
+    // Aborted when the term ends, whichever way.
+    let mut tasks = tokio::task::JoinSet::new();
+    if fleet.enabled {
+        let fleet = Arc::new(Fleet::new(
+            client.clone(),
+            fleet,
+            metrics.clone(),
+            controller.triggers(),
+            controller.managers().cluster,
+            reporter.clone(),
+        ));
+        tasks.spawn(fleet.clone().run());
+        controller = controller.with_other_clusters(fleet);
+    }
+    tasks.spawn(node::status::keep(
+        client.clone(),
+        controller.managers().cluster,
+        node_namespace,
+        reporter.clone(),
+    ));
+    let (namespaces, service_accounts) = controller.caches();
+    let counted = Counted {
+        managers: controller.managers(),
+        namespaces,
+        service_accounts,
+    };
+    tasks.spawn(after(
+        controller.synced(),
+        gauge::keep(counted, metrics, gauge::FIRST_COUNT_AFTER, resync),
+    ));
+    let recorder = EventPublisher::new(client.clone(), reporter, events::MAX_CACHED_EVENTS);
+    tasks.spawn(after(
+        controller.synced(),
+        missing_secrets::watch(client, recorder, missing_secret_grace),
+    ));
+    controller.run(ready, shutdown).await
+}
+
+/// Runs `then` once `first` is done.
+async fn after(first: impl Future<Output = ()>, then: impl Future<Output = ()>) {
+    first.await;
+    then.await;
+}
+
 async fn client() -> anyhow::Result<kube::Client> {
     kube::Client::try_default()
         .await
@@ -394,7 +485,7 @@ async fn client() -> anyhow::Result<kube::Client> {
 }
 
 /// The controller's client: its requests paced to what the apiserver serves
-/// ([`controller::pace`]).
+/// ([`crate::runtime::pace`]).
 async fn paced_client() -> anyhow::Result<kube::Client> {
     let config = kube::Config::infer()
         .await

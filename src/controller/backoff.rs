@@ -5,7 +5,7 @@
 use std::{collections::HashMap, hash::Hash, sync::Mutex, time::Duration};
 
 /// Failed attempts in a row, by key; a success forgets the key.
-pub(super) struct Backoff<K> {
+pub struct Backoff<K> {
     failures: Mutex<HashMap<K, u32>>,
 }
 
@@ -19,7 +19,7 @@ impl<K> Default for Backoff<K> {
 
 impl<K: Hash + Eq> Backoff<K> {
     /// Counts a failed attempt of `key` and returns how many came before it.
-    pub(super) fn record_failure(&self, key: K) -> u32 {
+    pub fn record_failure(&self, key: K) -> u32 {
         let Ok(mut failures) = self.failures.lock() else {
             return 0;
         };
@@ -29,7 +29,7 @@ impl<K: Hash + Eq> Backoff<K> {
     }
 
     /// Forgets the failures of `key`: its next failure waits the shortest time again.
-    pub(super) fn reset(&self, key: &K) {
+    pub fn reset(&self, key: &K) {
         if let Ok(mut failures) = self.failures.lock() {
             failures.remove(key);
         }
@@ -44,7 +44,7 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(300);
 /// How long to wait before retrying a manager named `name` after `failures` failed attempts
 /// in a row: exponential, capped, and spread by up to ±20 % per manager, so that managers
 /// failing together (an apiserver throttling everyone) do not retry together.
-pub(super) fn retry_delay(name: &str, failures: u32) -> Duration {
+pub fn retry_delay(name: &str, failures: u32) -> Duration {
     use std::hash::{Hash, Hasher};
     let base = FIRST_RETRY_DELAY
         .saturating_mul(1u32 << failures.min(6))

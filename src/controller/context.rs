@@ -1,113 +1,60 @@
-//! What every reconcile shares: the client, the caches, the Event recorder, metrics, the
-//! trigger senders, and the controller's small memories (known name clashes, failure counts
-//! for backoff). Reading the caches goes through here, so a reconcile never scans more than
-//! it needs to.
+//! What the reconciles of every manager share: the controller's own [`Cluster`], the manager
+//! stores, the source watches and trigger senders, the credential providers, the other
+//! clusters a cluster manager reaches, the node agents mode Node hands credentials to, and the
+//! failure counts for backoff. What one write
+//! into one cluster needs is in [`Cluster`]; this is the controller-wide rest.
 
-use std::{
-    collections::HashSet,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::{
-    Client,
-    runtime::{
-        events::{Event, EventType},
-        reflector::Store,
-    },
-};
+use kube::runtime::events::Event;
 
 use super::{
-    backoff::Backoff,
-    events::EventPublisher,
-    kinds::ManagerRef,
-    namespaces::{LiveNamespaces, NamespaceCache},
-    other_clusters::OtherClusters,
-    scopes::Scopes,
-    secrets::SecretCache,
-    service_accounts::{ServiceAccountCache, ServiceAccountRecord},
-    source_watches::SourceWatches,
-    triggers::Triggers,
+    ManagerStores, backoff::Backoff, cluster::Cluster, kinds::ManagerRef, nodes::Nodes,
+    other_clusters::OtherClusters, source_watches::SourceWatches, triggers::Triggers,
 };
 use crate::{
-    api::{ClusterImagePullSecretManager, ImagePullSecretManager},
     credential::CredentialProviders,
     metrics::Metrics,
-    policy::{Manager, ManagerId, NamespaceMeta, live_managers},
+    policy::{Manager, ManagerId},
 };
 
-/// What every reconcile shares.
+/// What the reconciles of every manager share.
 pub struct Context {
-    pub(super) client: Client,
-    pub(super) namespaced: Store<ImagePullSecretManager>,
-    pub(super) cluster: Store<ClusterImagePullSecretManager>,
-    pub(super) namespaces: NamespaceCache,
-    pub(super) secrets: SecretCache,
-    pub(super) service_accounts: ServiceAccountCache,
-    pub(super) recorder: EventPublisher,
-    pub(super) metrics: Arc<Metrics>,
+    /// The controller's own cluster: where the managers and their sources are.
+    pub(super) home: Cluster,
+    pub(super) managers: ManagerStores,
     pub(super) sources: SourceWatches,
     pub(super) triggers: Triggers,
     pub(super) resync: Duration,
-    pub(super) scopes: Scopes,
     pub(super) credentials: CredentialProviders,
     /// The other clusters a cluster manager's Secrets are written to: the workload clusters,
-    /// when `--fleet` is on (only the management cluster's context).
+    /// when `--fleet` is on.
     pub(super) others: Option<Arc<dyn OtherClusters>>,
-    /// The node namespace: where mode Node managers' credentials are handed to the node
-    /// agents (controller/node_credentials.rs), and where their reports are.
-    pub(super) node_namespace: String,
+    /// Where mode Node managers' credentials are handed to the node agents.
+    pub(super) nodes: Option<Arc<dyn Nodes>>,
     failures: Backoff<String>,
-    clashes: Mutex<HashSet<(String, String)>>,
-}
-
-/// The caches a [`Context`] reads, filled by the watches of [`super::triggers::route`].
-pub(super) struct Caches {
-    pub namespaced: Store<ImagePullSecretManager>,
-    pub cluster: Store<ClusterImagePullSecretManager>,
-    pub namespaces: NamespaceCache,
-    pub secrets: SecretCache,
-    pub service_accounts: ServiceAccountCache,
 }
 
 impl Context {
-    /// A context over `caches`, writing through `client`.
+    /// A context over the `home` cluster and the managers in `managers`.
     pub(super) fn new(
-        client: Client,
-        caches: Caches,
-        recorder: EventPublisher,
-        metrics: Arc<Metrics>,
+        home: Cluster,
+        managers: ManagerStores,
         triggers: Triggers,
         resync: Duration,
         max_source_watches: usize,
     ) -> Self {
-        let Caches {
-            namespaced,
-            cluster,
-            namespaces,
-            secrets,
-            service_accounts,
-        } = caches;
-        let node_namespace = client.default_namespace().to_owned();
         Self {
-            sources: SourceWatches::new(client.clone(), triggers.clone(), max_source_watches),
-            client,
-            namespaced,
-            cluster,
-            namespaces,
-            secrets,
-            service_accounts,
-            recorder,
-            metrics,
+            sources: SourceWatches::new(home.client.clone(), triggers.clone(), max_source_watches),
+            home,
+            managers,
             triggers,
             resync,
-            scopes: Scopes::default(),
             credentials: CredentialProviders::new(Default::default(), None, None),
             others: None,
-            node_namespace,
+            nodes: None,
             failures: Backoff::default(),
-            clashes: Mutex::default(),
         }
     }
 
@@ -117,9 +64,9 @@ impl Context {
         self
     }
 
-    /// The context with this node namespace (docs/node.md).
-    pub(super) fn with_node_namespace(mut self, namespace: String) -> Self {
-        self.node_namespace = namespace;
+    /// The context handing mode Node managers' credentials to `nodes` (docs/node.md).
+    pub(super) fn with_nodes(mut self, nodes: Arc<dyn Nodes>) -> Self {
+        self.nodes = Some(nodes);
         self
     }
 
@@ -129,69 +76,20 @@ impl Context {
         self
     }
 
-    /// Namespaces that are not being deleted, by name.
-    pub(super) fn live_namespaces(&self) -> LiveNamespaces {
-        self.namespaces.live()
+    /// The metrics every reconcile records.
+    pub(super) fn metrics(&self) -> &Metrics {
+        &self.home.metrics
     }
 
-    /// One namespace from the cache.
-    pub(super) fn namespace(&self, name: &str) -> Option<NamespaceMeta> {
-        self.namespaces
-            .get(name)
-            .map(|ns| NamespaceMeta::clone(&ns))
-    }
-
-    /// One namespace from the cache, or a namespace with no labels if the cache lacks it.
-    pub(super) fn namespace_or_bare(&self, name: &str) -> NamespaceMeta {
-        self.namespace(name)
-            .unwrap_or_else(|| NamespaceMeta::named(name))
-    }
-
-    /// Managers of both kinds that act (see [`live_managers`]), oldest first.
+    /// Managers of both kinds that act, oldest first.
     pub(super) fn live_managers(&self) -> Vec<Manager> {
-        let namespaced = self.namespaced.state();
-        let cluster = self.cluster.state();
-        live_managers(
-            namespaced.iter().map(|m| &**m),
-            cluster.iter().map(|m| &**m),
-        )
-        .0
-    }
-
-    /// The ServiceAccounts of `namespace` for which `keep` is true (an index lookup, not a
-    /// scan of the cluster's).
-    pub(super) fn service_accounts_in(
-        &self,
-        namespace: &str,
-        keep: impl FnMut(&ServiceAccountRecord) -> bool,
-    ) -> Vec<Arc<ServiceAccountRecord>> {
-        self.service_accounts.matching(namespace, keep)
+        self.managers.live()
     }
 
     /// Asks for a reconcile of each of `managers`.
     pub(super) fn trigger(&self, managers: &[ManagerId]) {
         for id in managers {
             self.triggers.send(ManagerRef::from(id));
-        }
-    }
-
-    /// True when `namespace/name` is known to be held by a Secret cheiron does not manage.
-    pub(super) fn is_known_clash(&self, namespace: &str, name: &str) -> bool {
-        self.clashes
-            .lock()
-            .is_ok_and(|c| c.contains(&(namespace.to_owned(), name.to_owned())))
-    }
-
-    /// Remembers a clash; true when it is new (worth a warning).
-    pub(super) fn remember_clash(&self, namespace: &str, name: &str) -> bool {
-        self.clashes
-            .lock()
-            .is_ok_and(|mut c| c.insert((namespace.to_owned(), name.to_owned())))
-    }
-
-    pub(super) fn forget_clash(&self, namespace: &str, name: &str) {
-        if let Ok(mut c) = self.clashes.lock() {
-            c.remove(&(namespace.to_owned(), name.to_owned()));
         }
     }
 
@@ -204,27 +102,9 @@ impl Context {
         self.failures.reset(&failure_key(r));
     }
 
-    /// Publishes an Event; a failure to publish is logged, never fatal.
+    /// Publishes an Event in the controller's cluster; a failure is logged, never fatal.
     pub(super) async fn publish(&self, event: &Event, reference: &ObjectReference) {
-        if let Err(e) = self.recorder.publish(event, reference).await {
-            tracing::debug!(error = %e, "could not publish an Event");
-        }
-    }
-
-    pub(super) async fn publish_on_service_account(
-        &self,
-        sa: &ServiceAccountRecord,
-        reason: &str,
-        note: &str,
-    ) {
-        let event = Event {
-            type_: EventType::Normal,
-            reason: reason.to_owned(),
-            note: Some(note.to_owned()),
-            action: "PatchServiceAccount".to_owned(),
-            secondary: None,
-        };
-        self.publish(&event, &sa.object_ref()).await;
+        self.home.publish(event, reference).await;
     }
 }
 

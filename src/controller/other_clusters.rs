@@ -1,5 +1,5 @@
 //! The seam between the reconcile of a cluster manager and the other clusters its Secrets are
-//! written to (the fleet's workload clusters, [`super::fleet`]). The reconcile knows them only
+//! written to (the fleet's workload clusters, docs/fleet.md). The reconcile knows them only
 //! through [`OtherClusters`]: it hands over what it wants written there and gets back what to
 //! report; how clusters are found, connected to, timed out and backed off is the fleet's.
 
@@ -17,7 +17,7 @@ use crate::{
 
 /// What a sync of one manager into the other clusters found.
 #[derive(Default)]
-pub(super) struct Synced {
+pub struct Synced {
     /// The status of each cluster it selects, and of each where its cleanup failed.
     pub statuses: Vec<ClusterStatus>,
     /// When to retry, if a cluster is out of step (each backing off on its own).
@@ -29,7 +29,7 @@ pub(super) struct Synced {
 
 /// What the cleanup of a deleted manager in the other clusters left.
 #[derive(Default)]
-pub(super) struct CleanedUp {
+pub struct CleanedUp {
     /// What could not be cleaned (the finalizer stays until it can).
     pub issues: Vec<Issue>,
     /// Events about the manager (the cleanup gave up past its bound).
@@ -37,7 +37,7 @@ pub(super) struct CleanedUp {
 }
 
 /// Other clusters a cluster manager's Secrets are written to.
-pub(super) trait OtherClusters: Send + Sync {
+pub trait OtherClusters: Send + Sync {
     /// Brings `manager` in step everywhere else: `desired` (owned by `owner`) where it is
     /// selected, nothing of it where it is no longer.
     fn sync<'a>(

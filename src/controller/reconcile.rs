@@ -22,10 +22,10 @@ use serde_json::json;
 
 use super::{
     backoff::retry_delay,
+    cluster::Cluster,
     context::Context,
     error::{ControllerError, Issue, IssueKind},
     kinds::ManagerObject,
-    node_credentials,
     plan::FIELD_MANAGER,
     plan::{self, SecretMetadata, Stale, belongs_to},
     provided,
@@ -54,7 +54,7 @@ pub async fn reconcile<K: ManagerObject>(
 ) -> Result<Action, ControllerError> {
     let started = Instant::now();
     let (namespace, name) = (manager.namespace(), manager.name_any());
-    let api = manager.api(ctx.client.clone());
+    let api = manager.api(ctx.home.client.clone());
     let result = finalizer(&api, FINALIZER, manager, |event| async {
         match event {
             finalizer::Event::Apply(m) => apply(&*m, &ctx).await,
@@ -70,7 +70,7 @@ pub async fn reconcile<K: ManagerObject>(
         other => other.map_err(|e| ControllerError::Finalizer(Box::new(e))),
     };
     let elapsed = started.elapsed();
-    ctx.metrics.reconcile.record(
+    ctx.metrics().reconcile.record(
         K::KIND,
         elapsed,
         result.as_ref().err().map(ControllerError::kind),
@@ -119,7 +119,7 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
     keys.sort();
     keys.dedup();
     ctx.sources.set(&id, keys.iter().cloned());
-    let fetched = fetch_sources(ctx, &keys).await?;
+    let fetched = fetch_sources(&ctx.home, &keys).await?;
     let (provided, credentials) = provided::resolve(&ctx.credentials, &id, manager.entries());
     let desired = desired::desired_with(
         manager.entries(),
@@ -134,7 +134,7 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
     let report = ServiceAccountReport::default();
     let owner = manager.owner_reference();
     let here = sync_in(
-        ctx,
+        &ctx.home,
         &compiled,
         &uid,
         manager.meta().generation,
@@ -145,12 +145,10 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
     )
     .await;
     let (plan, mut issues) = (here.plan, here.issues);
-    // Mode Node: the node agents get the credentials from the node namespace, never from the
-    // manager or its sources (controller/node_credentials.rs).
-    if let Some(cluster_manager) = manager.as_cluster()
-        && node_credentials::wants_bundle(cluster_manager)
-    {
-        issues.extend(node_credentials::publish(ctx, cluster_manager, &owner, &fetched).await);
+    // Mode Node: the node agents get the credentials handed to them, never the manager or
+    // its sources (docs/node.md).
+    if let (Some(nodes), Some(cluster_manager)) = (ctx.nodes.as_ref(), manager.as_cluster()) {
+        issues.extend(nodes.publish(cluster_manager, &owner, &fetched).await);
     }
     let (clusters, cluster_retry) = match (ctx.others.as_ref(), manager.as_cluster()) {
         (Some(others), Some(cluster_manager)) => {
@@ -168,7 +166,7 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         ctx.publish(&event, &manager.object_ref(&())).await;
     }
     for issue in &issues {
-        ctx.metrics.reconcile.record_issue(issue.kind.as_str());
+        ctx.metrics().reconcile.record_issue(issue.kind.as_str());
     }
 
     let findings = Findings {
@@ -226,9 +224,22 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
 
 /// What one cluster's sync did: its plan (what was written is gone from it) and what could
 /// not be done.
-pub(super) struct ClusterSync {
-    pub plan: plan::Plan,
+pub struct ClusterSync {
+    pub(super) plan: plan::Plan,
+    /// What could not be done.
     pub issues: Vec<Issue>,
+}
+
+impl ClusterSync {
+    /// How many namespaces the manager targets there.
+    pub fn targets(&self) -> usize {
+        self.plan.targets.len()
+    }
+
+    /// How many of them are in step (none of its issues, no name held by another manager).
+    pub fn synced(&self) -> usize {
+        synced_namespaces(&self.plan, &self.issues)
+    }
 }
 
 /// How many of `plan`'s target namespaces are in step: none of `issues` and no Secret held by
@@ -249,8 +260,8 @@ pub(super) fn synced_namespaces(plan: &plan::Plan, issues: &[Issue]) -> usize {
 /// workload cluster), with `claimants` as the managers that may claim a name there: the
 /// Secrets to create, replace and delete, then the ServiceAccount entries to add and remove.
 #[allow(clippy::too_many_arguments)]
-pub(super) async fn sync_in(
-    target: &Context,
+pub async fn sync_in(
+    target: &Cluster,
     compiled: &Manager,
     uid: &str,
     generation: Option<i64>,
@@ -316,7 +327,7 @@ async fn write_status<K: ManagerObject>(
     let previous = manager.current_status();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let next = status::status(findings, previous, now);
-    ctx.metrics.operations.managers.record(
+    ctx.metrics().operations.managers.record(
         K::KIND,
         &manager_key(manager),
         next.conditions
@@ -326,7 +337,7 @@ async fn write_status<K: ManagerObject>(
     if previous == Some(&next) {
         return Ok(());
     }
-    let api = manager.api(ctx.client.clone());
+    let api = manager.api(ctx.home.client.clone());
     let mut patch = json!({"status": next});
     // The node fields are written apart (node/status.rs); a merge patch of this
     // reconcile's copy, older maybe, would undo those writes.
@@ -385,7 +396,7 @@ fn manager_key<K: ManagerObject>(manager: &K) -> String {
 }
 
 async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, ControllerError> {
-    ctx.metrics
+    ctx.metrics()
         .operations
         .managers
         .forget(K::KIND, &manager_key(manager));
@@ -401,6 +412,7 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
         .collect();
     let uid = manager.uid().unwrap_or_default();
     let mine: Vec<Arc<SecretRecord>> = ctx
+        .home
         .secrets
         .all()
         .into_iter()
@@ -416,7 +428,7 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
         .filter_map(|s| s.object_namespace().map(str::to_owned))
         .collect();
     if let Ok(m) = manager.compile() {
-        let live = ctx.live_namespaces();
+        let live = ctx.home.live_namespaces();
         namespaces.extend(plan::targets(&m, live.iter().map(|n| &**n)));
     }
     let names: BTreeMap<String, Vec<String>> = namespaces
@@ -434,11 +446,9 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
         })
         .collect();
     let report = ServiceAccountReport::default();
-    let mut failures = remove(ctx, &id, &names, &stale, &others, &report).await;
-    if manager.as_cluster().is_some() {
-        failures.extend(
-            node_credentials::remove(&ctx.client, &ctx.node_namespace, &id.name, &uid).await,
-        );
+    let mut failures = remove(&ctx.home, &id, &names, &stale, &others, &report).await;
+    if let (Some(nodes), Some(_)) = (ctx.nodes.as_ref(), manager.as_cluster()) {
+        failures.extend(nodes.remove(&id.name, &uid).await);
     }
     if let (Some(others), Some(cluster_manager)) = (ctx.others.as_ref(), manager.as_cluster()) {
         let left = others.cleanup(cluster_manager, &report).await;
@@ -491,14 +501,14 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
             .iter()
             .filter(|s| failures.iter().any(|f| f.namespace == s.namespace))
         {
-            if let Err(issue) = delete_secret(ctx, s).await {
+            if let Err(issue) = delete_secret(&ctx.home, s).await {
                 tracing::warn!(manager = %id, %issue, "could not delete a Secret of an abandoned cleanup");
             }
         }
     }
     ctx.sources.set(&id, []);
     ctx.credentials.retain(&id, Vec::new());
-    ctx.scopes.forget(&id);
+    ctx.home.scopes.forget(&id);
     tracing::info!(manager = %id, secrets = stale.len(), "cleaned up after a deleted manager");
     // Younger managers may now win the names this one held.
     let held = names

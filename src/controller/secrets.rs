@@ -530,7 +530,7 @@ impl SecretCache {
     }
 
     /// Secrets held.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.inner.read().map(|i| i.current.len()).unwrap_or(0)
     }
 

@@ -6,7 +6,7 @@
 //! cheiron adds) are shared, so a record costs a few hundred bytes.
 //!
 //! A reconcile reads the ServiceAccounts of its target namespaces with
-//! [`ServiceAccountCache::in_namespace`], never a scan of the cluster's.
+//! [`ServiceAccountCache::matching`], never a scan of the cluster's.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -356,7 +356,7 @@ impl ServiceAccountCache {
     }
 
     /// ServiceAccounts held.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.inner
             .read()
             .map(|i| i.current.values().map(|n| n.records.len()).sum())

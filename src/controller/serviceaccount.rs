@@ -136,7 +136,7 @@ pub const SERVICE_ACCOUNT_EVENTS_PER_RECONCILE: usize = 10;
 /// What one reconcile did to ServiceAccounts, for a bounded number of Events: one per
 /// ServiceAccount for the first few, then one about the manager that counts them all.
 #[derive(Default)]
-pub(super) struct ServiceAccountReport {
+pub struct ServiceAccountReport {
     inner: std::sync::Mutex<Tally>,
 }
 
@@ -165,7 +165,7 @@ impl ServiceAccountReport {
     }
 
     /// The Events about the manager counting what was added and removed, if anything was.
-    pub(super) fn events(&self) -> Vec<Event> {
+    pub fn events(&self) -> Vec<Event> {
         let (added, removed, namespaces) = match self.inner.lock() {
             Ok(t) => (t.added, t.removed, t.namespaces.len()),
             Err(_) => return Vec::new(),

@@ -162,7 +162,7 @@ async fn watch_source(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{controller::fake_api::FakeApi, policy::ManagerKind};
+    use crate::{policy::ManagerKind, runtime::fake_api::FakeApi};
 
     fn manager(name: &str) -> ManagerId {
         ManagerId {

@@ -145,13 +145,13 @@ impl RoutableManagers {
     }
 }
 
-/// [`RoutableManagers`] compiled again only when a manager changed (a watch event of a
+/// `RoutableManagers` compiled again only when a manager changed (a watch event of a
 /// ServiceAccount used to compile every manager).
 #[derive(Clone, Default)]
-pub(super) struct CompiledManagers {
+pub struct CompiledManagers {
     /// The managers, and a hash of the stores' uids and resourceVersions they were compiled from.
     cache: Arc<Mutex<Option<Stamped>>>,
-    /// Compiled as they act in workload clusters (see [`super::fleet`]), not here.
+    /// Compiled as they act in workload clusters (docs/fleet.md), not here.
     workloads: bool,
 }
 
@@ -244,7 +244,7 @@ fn concerns(sa: &ServiceAccountRecord, namespace: &NamespaceMeta, manager: &Mana
 /// Where watch events are routed: the trigger senders, and the caches that say which
 /// managers a change can concern.
 #[derive(Clone)]
-pub(super) struct Routing {
+pub struct Routing {
     pub triggers: Triggers,
     pub namespaced: Store<ImagePullSecretManager>,
     pub cluster: Store<ClusterImagePullSecretManager>,
@@ -252,26 +252,27 @@ pub(super) struct Routing {
     pub secrets: SecretCache,
     pub service_accounts: ServiceAccountCache,
     pub compiled: CompiledManagers,
-    /// A workload cluster's watches (docs/fleet.md): their errors are logged without what
-    /// the server said.
-    pub untrusted: bool,
+    /// How a watch error is logged: a workload cluster's (docs/fleet.md) without what the
+    /// server said.
+    pub describe_error: fn(&watcher::Error) -> String,
 }
 
 impl Routing {
     fn watch_error(&self, e: &watcher::Error) -> String {
-        if self.untrusted {
-            super::fleet::guard::watch_error_line(e)
-        } else {
-            e.to_string()
-        }
+        (self.describe_error)(e)
     }
+}
+
+/// How the controller's own watches' errors are logged: as they are.
+pub fn trusted_error(e: &watcher::Error) -> String {
+    e.to_string()
 }
 
 /// Watches Namespaces (metadata only), cheiron's own Secrets (label selector) and
 /// ServiceAccounts, keeps their caches through `writers`, and asks for a reconcile of the
 /// managers each change can concern. The initial lists route nothing: the controllers
 /// reconcile every manager once anyway. Runs until dropped.
-pub(super) async fn route(client: Client, routing: Routing) {
+pub async fn route(client: Client, routing: Routing) {
     let (r1, r2, r3) = (routing.clone(), routing.clone(), routing);
     future::join3(
         // Kept as the policy's view, not in a reflector store: see `namespaces`.

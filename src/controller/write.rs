@@ -17,7 +17,7 @@ use kube::{
 };
 
 use super::{
-    context::Context,
+    cluster::Cluster,
     error::{ControllerError, Issue, IssueKind},
     plan::{self, Check, FIELD_MANAGER, Stale, is_managed},
     service_accounts::ServiceAccountRecord,
@@ -40,7 +40,7 @@ fn is_status(e: &kube::Error, code: u16) -> bool {
 
 /// Reads each source Secret directly (fresh data, no cluster-wide cache).
 pub(super) async fn fetch_sources(
-    ctx: &Context,
+    ctx: &Cluster,
     keys: &[SourceKey],
 ) -> Result<HashMap<SourceKey, Fetched>, ControllerError> {
     let mut fetched = HashMap::new();
@@ -66,7 +66,7 @@ pub(super) async fn fetch_sources(
 /// written, instead of all of them living until the last write (10 000 of them for a manager
 /// over 10 000 namespaces).
 pub(super) async fn write_secrets(
-    ctx: &Context,
+    ctx: &Cluster,
     manager: &ManagerId,
     creates: Vec<Secret>,
     updates: Vec<Secret>,
@@ -165,7 +165,7 @@ pub(super) async fn write_secrets(
 /// wanted is remembered as checked at the version read; one that is gone or no longer cheiron's
 /// (`is_managed`) is left to the watch, never written.
 pub(super) async fn check_copies(
-    ctx: &Context,
+    ctx: &Cluster,
     manager: &ManagerId,
     owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
     desired: &[DesiredSecret],
@@ -240,7 +240,7 @@ async fn read(
 /// Patches one ServiceAccount (`removing`: the patch takes entries away), recomputing the
 /// patch from a fresh read when another writer got there first.
 async fn patch_service_account(
-    ctx: &Context,
+    ctx: &Cluster,
     namespace: &str,
     name: &str,
     first: Option<&ServiceAccountRecord>,
@@ -305,7 +305,7 @@ enum Change<'a> {
 /// Patches `sa` with what `compute` says, counts it in `report` (with an Event about the
 /// ServiceAccount while the report allows), and returns the failure as an [`Issue`].
 async fn patch_and_report(
-    ctx: &Context,
+    ctx: &Cluster,
     namespace: &str,
     sa: &ServiceAccountRecord,
     change: Change<'_>,
@@ -343,7 +343,7 @@ async fn patch_and_report(
 /// Patches, [`WRITE_CONCURRENCY`] at a time, the ServiceAccounts of `targets` that lack what
 /// `manager` wants, as the webhook would have at their creation.
 pub(super) async fn backfill(
-    ctx: &Context,
+    ctx: &Cluster,
     manager: &Manager,
     targets: &[&NamespaceMeta],
     report: &ServiceAccountReport,
@@ -392,7 +392,7 @@ fn naming<'m>(claimants: &'m [Manager], names: &[String]) -> Vec<&'m Manager> {
 /// and that no other manager (`others`, those [`naming`] them) still wants there,
 /// [`WRITE_CONCURRENCY`] at a time.
 async fn remove_entries(
-    ctx: &Context,
+    ctx: &Cluster,
     namespace: &NamespaceMeta,
     names: &[String],
     others: &[&Manager],
@@ -439,7 +439,7 @@ async fn remove_entries(
 /// any more: what is left behind when a manager's `serviceAccountNames` or
 /// `serviceAccountSelector` narrows, or its mode changes from ServiceAccount to Pod.
 pub(super) async fn prune(
-    ctx: &Context,
+    ctx: &Cluster,
     manager: &Manager,
     targets: &[&NamespaceMeta],
     claimants: &[Manager],
@@ -460,7 +460,7 @@ pub(super) async fn prune(
     issues
 }
 
-pub(super) async fn delete_secret(ctx: &Context, stale: &Stale) -> Result<(), Issue> {
+pub(super) async fn delete_secret(ctx: &Cluster, stale: &Stale) -> Result<(), Issue> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &stale.namespace);
     let params = DeleteParams {
         preconditions: Some(Preconditions {
@@ -485,7 +485,7 @@ pub(super) async fn delete_secret(ctx: &Context, stale: &Stale) -> Result<(), Is
 /// then the `stale` Secrets, so an interrupted cleanup is retried from the Secrets left. A
 /// Secret is kept while its namespace's ServiceAccounts could not be cleaned.
 pub(super) async fn remove(
-    ctx: &Context,
+    ctx: &Cluster,
     manager: &ManagerId,
     names: &BTreeMap<String, Vec<String>>,
     stale: &[Stale],

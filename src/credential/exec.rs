@@ -441,12 +441,9 @@ mod tests {
 
     /// A provider whose plugin is the script `body`, in a fresh directory.
     fn script(name: &str, body: &str) -> Result<(Provider, std::path::PathBuf), std::io::Error> {
-        use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("cheiron-exec-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
-        let path = dir.join(name);
-        std::fs::write(&path, format!("#!/bin/sh\n{body}\n"))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+        crate::credential::install_test_plugin(&dir.join(name), &format!("#!/bin/sh\n{body}\n"))?;
         let provider = Provider {
             name: name.to_owned(),
             match_images: Vec::new(),

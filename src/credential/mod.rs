@@ -419,3 +419,30 @@ fn seconds(d: Duration) -> u64 {
 
 #[cfg(test)]
 mod tests;
+
+/// Puts the shell script `text` at `path`, executable, for a test to run as a plugin. The
+/// file is written by a `cp` child process, never opened for writing by this one: a child
+/// another test thread forks at that moment would inherit the descriptor until its exec, and
+/// running the script meanwhile fails with ETXTBSY ("Text file busy").
+#[cfg(test)]
+pub(crate) fn install_test_plugin(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let source = path.with_extension("source");
+    std::fs::write(&source, text)?;
+    let copied = std::process::Command::new("cp")
+        .arg(&source)
+        .arg(path)
+        .status()?;
+    if !copied.success() {
+        return Err(std::io::Error::other(format!(
+            "cp {source:?} {path:?}: {copied}"
+        )));
+    }
+    let chmod = std::process::Command::new("chmod")
+        .arg("0755")
+        .arg(path)
+        .status()?;
+    if !chmod.success() {
+        return Err(std::io::Error::other(format!("chmod {path:?}: {chmod}")));
+    }
+    Ok(())
+}

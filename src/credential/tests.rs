@@ -5,12 +5,11 @@ use super::*;
 /// A bin dir holding the script `gated` as a plugin, which answers only once the file
 /// `release` exists in that dir, and the providers running it with `max_concurrent`.
 fn gated(name: &str, max_concurrent: usize) -> Result<(CredentialProviders, PathBuf), String> {
-    use std::os::unix::fs::PermissionsExt;
     let dir = std::env::temp_dir().join(format!("cheiron-cred-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let plugin = dir.join("gated");
-    std::fs::write(
+    install_test_plugin(
         &plugin,
         r#"#!/bin/sh
 cat >/dev/null
@@ -19,8 +18,6 @@ printf '{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialP
 "#,
     )
     .map_err(|e| e.to_string())?;
-    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755))
-        .map_err(|e| e.to_string())?;
     let config = ProviderConfig::parse(
         r#"
 apiVersion: kubelet.config.k8s.io/v1

@@ -2,7 +2,7 @@
 //! manager, in words. Pure: the object, its namespace and the managers in, an [`Explanation`]
 //! out. Built on the webhook's own policy code ([`crate::policy::decide`] for what is wanted,
 //! [`Manager::applies_to`] for who selects), so that it cannot disagree with admission;
-//! [`verdict`] only puts the reason into words. The live and offline readers are in
+//! `verdict` only puts the reason into words. The live and offline readers are in
 //! [`source`], the text rendering in [`render`].
 
 pub mod render;

@@ -110,12 +110,12 @@ pub fn node_agent_report_rules() -> Vec<PolicyRule> {
 }
 
 /// The node credentials the controller writes in the node namespace (one Secret per mode Node
-/// manager, controller/node_credentials.rs), listed and watched by label.
+/// manager, node/handoff.rs), listed and watched by label.
 pub fn node_agent_secret_rules() -> Vec<PolicyRule> {
     vec![rule("", &["secrets"], &["get", "list", "watch"])]
 }
 
-/// The controller's Lease (controller/leader.rs), in cheiron's own namespace only: created when
+/// The controller's Lease (runtime/leader.rs), in cheiron's own namespace only: created when
 /// missing, then read and patched by name. `create` cannot be limited to a name in RBAC.
 pub fn leader_election_rules(lease: &str) -> Vec<PolicyRule> {
     vec![

@@ -105,7 +105,7 @@ pub const NODE_NAMESPACE_SUFFIX: &str = "-node";
 pub struct NodeAgentSetup {
     /// The chart's `node.namespace`: the agents' namespace, of their ServiceAccount, their
     /// report Leases and the node credentials (none: cheiron's namespace and
-    /// [`NODE_NAMESPACE_SUFFIX`]).
+    /// `NODE_NAMESPACE_SUFFIX`).
     pub namespace: Option<String>,
 }
 

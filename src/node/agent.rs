@@ -12,7 +12,7 @@
 //! ```
 //!
 //! The agent reads no manager and no source Secret: the controller hands it each mode Node
-//! manager's credentials, already resolved (controller/node_credentials.rs). A manager whose
+//! manager's credentials, already resolved (node/handoff.rs). A manager whose
 //! sources cannot be read keeps the credentials it gave last (the controller keeps them in the
 //! bundle), and its node entry says why. Nothing a status or a log holds is a credential.
 

@@ -17,7 +17,7 @@ use std::{
 /// Mode of the files cheiron writes on a node: owner read and write only.
 pub const PRIVATE_MODE: u32 = 0o600;
 
-/// The steps of [`write`], in order; tests stop a write after one of them to simulate a crash.
+/// The steps of [`write()`], in order; tests stop a write after one of them to simulate a crash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
     /// The temporary file exists (empty).
@@ -48,7 +48,7 @@ pub fn is_link(path: &Path) -> io::Result<bool> {
     }
 }
 
-/// The error [`write`] returns for a target that is a symbolic link.
+/// The error [`write()`] returns for a target that is a symbolic link.
 fn link_refused() -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidInput,
@@ -62,7 +62,7 @@ pub fn write(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     write_with(path, bytes, mode, &mut |_| Ok(()))
 }
 
-/// [`write`], calling `after` after each [`Step`]; an error from `after` stops the write there,
+/// [`write()`], calling `after` after each [`Step`]; an error from `after` stops the write there,
 /// as a crash would.
 pub fn write_with(
     path: &Path,

@@ -25,6 +25,7 @@ pub mod atomic;
 pub mod bundle;
 pub mod config_json;
 pub mod credentials;
+pub mod handoff;
 pub mod install;
 pub mod metrics;
 pub mod provider;

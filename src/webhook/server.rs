@@ -116,7 +116,7 @@ const ADMIN: &str = "admin";
 ///
 /// Connections over a listener's cap are accepted and closed at once, unless their peer holds
 /// less than its fair share and another holds more: then that one closes a connection
-/// gracefully (see [`ConnectionLimiter`] and [`Limits`]).
+/// gracefully (see `ConnectionLimiter` and `Limits`).
 pub async fn serve(
     listeners: Listeners,
     certificate: Arc<CertResolver>,

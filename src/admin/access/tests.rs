@@ -9,7 +9,7 @@ use std::{
 use serde_json::json;
 
 use super::*;
-use crate::controller::fake_api::{FakeApi, reply, status};
+use crate::runtime::fake_api::{FakeApi, reply, status};
 
 /// Tokens it knows (token → user), users allowed to read `/metrics`, and how often it was
 /// asked. `failing` makes every question fail as an unreachable apiserver would.

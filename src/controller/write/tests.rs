@@ -6,34 +6,31 @@
 use std::{
     collections::BTreeMap,
     sync::{Arc, Mutex},
-    time::Duration,
 };
 
 use k8s_openapi::api::core::v1::{LocalObjectReference, Secret, ServiceAccount};
 use kube::{
     api::ObjectMeta,
-    runtime::{events::Reporter, reflector, watcher},
+    runtime::{events::Reporter, watcher},
 };
 use serde_json::json;
 
 use super::*;
 use crate::{
     api::{annotation, label},
-    controller::{
-        context::Caches,
-        events::EventPublisher,
-        fake_api::{FakeApi, reply, status},
-        service_accounts::ServiceAccountCache,
-        triggers::Triggers,
-    },
+    controller::{cluster::ClusterCaches, service_accounts::ServiceAccountCache},
     metrics::Metrics,
     policy::ManagerKind,
+    runtime::{
+        events::EventPublisher,
+        fake_api::{FakeApi, reply, status},
+    },
 };
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-/// A context over `fake`, with `service_accounts` in its cache.
-fn context(fake: &FakeApi, service_accounts: Vec<ServiceAccount>) -> Context {
+/// A cluster reached through `fake`, with `service_accounts` in its cache.
+fn context(fake: &FakeApi, service_accounts: Vec<ServiceAccount>) -> Cluster {
     let client = fake.client();
     let cache = ServiceAccountCache::default();
     let events = std::iter::once(watcher::Event::Init)
@@ -42,9 +39,7 @@ fn context(fake: &FakeApi, service_accounts: Vec<ServiceAccount>) -> Context {
     for event in events {
         cache.apply(&event);
     }
-    let caches = Caches {
-        namespaced: reflector::store().0,
-        cluster: reflector::store().0,
+    let caches = ClusterCaches {
         namespaces: Default::default(),
         secrets: Default::default(),
         service_accounts: cache,
@@ -53,14 +48,11 @@ fn context(fake: &FakeApi, service_accounts: Vec<ServiceAccount>) -> Context {
         controller: "cheiron-test".to_owned(),
         instance: None,
     };
-    Context::new(
+    Cluster::new(
         client.clone(),
         caches,
         EventPublisher::new(client, reporter, 16),
         Arc::new(Metrics::new()),
-        Triggers::new().0,
-        Duration::from_secs(600),
-        2,
     )
 }
 
@@ -257,7 +249,7 @@ async fn a_refused_write_is_an_issue_that_names_the_secret_and_the_status_code()
 /// Removes `pull` from ServiceAccount team/default (starting from `first`, or a fresh read),
 /// and returns the outcome with the resourceVersions each attempt computed its patch from.
 async fn remove_pull(
-    ctx: &Context,
+    ctx: &Cluster,
     first: Option<&ServiceAccount>,
 ) -> (Result<Option<Vec<String>>, String>, Vec<String>) {
     let seen = Mutex::new(Vec::new());

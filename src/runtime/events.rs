@@ -66,7 +66,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::controller::fake_api::{FakeApi, reply};
+    use crate::runtime::fake_api::{FakeApi, reply};
 
     const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/team/events";
 

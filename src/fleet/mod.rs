@@ -7,8 +7,8 @@
 //! metadata only; a Secret's data is read once per `resourceVersion`, so a rotated kubeconfig
 //! is picked up without a restart. Each cluster gets one client and one set of the watches
 //! the controller keeps here (Namespaces and cheiron's Secrets as metadata, ServiceAccounts),
-//! filling caches of its own, and a [`Context`] over them: the reconcile of a manager runs the
-//! very same planning and writes against it ([`super::reconcile`]). A Cluster API `Cluster`
+//! filling caches of its own, and a [`Cluster`] over them: the reconcile of a manager runs the
+//! very same planning and writes against it ([`crate::controller::sync_in`]). A Cluster API `Cluster`
 //! (when its CRD is served) decides with its labels whether a cluster is selected, and one
 //! being deleted is released: cheiron stops acting there without cleaning up.
 //!
@@ -18,10 +18,10 @@
 //! `--fleet-select-by-secret-labels` says they may, a kubeconfig skipping TLS verification or
 //! naming a plain `http://` server is refused without `--fleet-allow-insecure`, at most
 //! `--fleet-max-clusters` clusters are connected to, nothing a workload cluster answers is
-//! shown ([`guard`]), and none of its lists takes more than `--fleet-max-list-pages` pages
-//! ([`pages`]).
+//! shown (`guard.rs`), and none of its lists takes more than `--fleet-max-list-pages` pages
+//! (`pages.rs`).
 
-pub(super) mod guard;
+mod guard;
 mod pages;
 mod sync;
 
@@ -51,24 +51,18 @@ use kube::{
 };
 use tokio::task::AbortHandle;
 
-use super::{
-    AbortOnDrop,
-    backoff::Backoff,
-    context::{Caches, Context},
-    events,
-    kinds::ManagerRef,
-    namespaces::NamespaceCache,
-    secrets::SecretCache,
-    service_accounts::ServiceAccountCache,
-    triggers::{self, CompiledManagers, Routing, Triggers},
-};
 use crate::{
     api::{
         ClusterImagePullSecretManager,
         fleet::{CAPI_GROUP, CLUSTER_NAME_LABEL, KUBECONFIG_KEY, KUBECONFIG_SUFFIX},
     },
+    controller::{
+        Backoff, Cluster, ClusterCaches, CompiledManagers, ManagerRef, NamespaceCache, Routing,
+        SecretCache, ServiceAccountCache, Triggers,
+    },
     metrics::Metrics,
     policy::Manager,
+    runtime::events::{self, EventPublisher},
 };
 
 /// How long the connection to a workload cluster may take before it counts as unreachable.
@@ -137,7 +131,7 @@ impl Default for FleetOptions {
 /// How a manager last stood in a workload cluster, for the Events about it: one per change,
 /// never one per retry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Health {
+enum Health {
     /// Everything there is in step.
     Synced,
     /// The cluster is being connected to (its watches list): not a change worth an Event.
@@ -150,7 +144,7 @@ pub(super) enum Health {
 
 impl Health {
     /// The Event's type and reason for a manager entering this state.
-    pub(super) fn reason(self) -> Option<(bool, &'static str)> {
+    fn reason(self) -> Option<(bool, &'static str)> {
         match self {
             Self::Synced => Some((false, "WorkloadClusterSynced")),
             Self::Connecting => None,
@@ -272,12 +266,12 @@ fn within_cap(state: &State, wanted: &BTreeSet<String>, max: usize) -> BTreeSet<
         .collect()
 }
 
-/// One connected workload cluster: its client, caches and watches, behind a [`Context`].
-pub(super) struct Workload {
+/// One connected workload cluster: its client, caches and watches, as a [`Cluster`].
+struct Workload {
     /// `<namespace>/<cluster>`.
     pub name: String,
-    /// The context a reconcile writes through there.
-    pub ctx: Arc<Context>,
+    /// What a reconcile writes through there.
+    pub cluster: Cluster,
     routing: AbortHandle,
     /// The pages of its lists: one cut off at the bound makes the cluster unusable until it
     /// completes.
@@ -293,14 +287,12 @@ impl Drop for Workload {
 impl Workload {
     /// True once its watches have listed everything.
     pub fn synced(&self) -> bool {
-        self.ctx.namespaces.is_ready()
-            && self.ctx.secrets.is_ready()
-            && self.ctx.service_accounts.is_ready()
+        self.cluster.synced()
     }
 }
 
 /// How one manager stands towards one workload cluster.
-pub(super) enum Role {
+enum Role {
     /// Selected: act there.
     Selected(Arc<Workload>),
     /// Not selected (any more): take away what this manager left there.
@@ -314,7 +306,7 @@ pub(super) enum Role {
 }
 
 /// The workload clusters, as found from the management cluster.
-pub(super) struct Fleet {
+pub struct Fleet {
     management: Client,
     options: FleetOptions,
     state: Mutex<State>,
@@ -330,7 +322,9 @@ pub(super) struct Fleet {
 }
 
 impl Fleet {
-    pub(super) fn new(
+    /// The fleet of the management cluster `management`: its workload clusters reached by the
+    /// cluster managers in `managers`, each change asking `triggers` for their reconcile.
+    pub fn new(
         management: Client,
         options: FleetOptions,
         metrics: Arc<Metrics>,
@@ -356,13 +350,13 @@ impl Fleet {
     }
 
     /// How long a deleted manager waits for its cleanup in workload clusters.
-    pub(super) fn cleanup_timeout(&self) -> Duration {
+    fn cleanup_timeout(&self) -> Duration {
         self.options.cleanup_timeout
     }
 
     /// Records where the manager `uid` may have copies after a sync (or, empty, after its
     /// cleanup), so that the clusters no manager needs any more are let go.
-    pub(super) fn record_holds(&self, uid: &str, clusters: BTreeSet<String>) {
+    fn record_holds(&self, uid: &str, clusters: BTreeSet<String>) {
         if let Ok(mut state) = self.state.lock() {
             state.holds.insert(uid.to_owned(), clusters);
         }
@@ -370,7 +364,7 @@ impl Fleet {
 
     /// Records how the manager `uid` now stands in `cluster`: true when that is a change
     /// worth an Event.
-    pub(super) fn record_health(&self, uid: &str, cluster: &str, now: Health) -> bool {
+    fn record_health(&self, uid: &str, cluster: &str, now: Health) -> bool {
         let Ok(mut state) = self.state.lock() else {
             return false;
         };
@@ -385,7 +379,7 @@ impl Fleet {
     /// Brings the connections in line with [`wanted`]: connects to the clusters that are
     /// wanted and have none (a kubeconfig Secret read once per `resourceVersion`), drops the
     /// client and watches of those no manager needs any more.
-    pub(super) async fn refresh(&self) {
+    async fn refresh(&self) {
         let _one = self.refreshing.lock().await;
         let managers = self.managers.state();
         let (connect, dropped, open) = {
@@ -467,7 +461,7 @@ impl Fleet {
     /// Each workload cluster, with what `manager` is to do there. Clusters whose Cluster API
     /// `Cluster` is being deleted are left out: released, not cleaned. A manager being
     /// deleted selects none.
-    pub(super) fn roles(&self, manager: &ClusterImagePullSecretManager) -> Vec<(String, Role)> {
+    fn roles(&self, manager: &ClusterImagePullSecretManager) -> Vec<(String, Role)> {
         let selector =
             cluster_selector(manager).filter(|_| manager.metadata.deletion_timestamp.is_none());
         let Ok(state) = self.state.lock() else {
@@ -533,7 +527,7 @@ impl Fleet {
 
     /// The live cluster managers that select the workload cluster `cluster`, compiled for
     /// workload clusters, oldest first: who may claim a Secret name there.
-    pub(super) fn claimants_in(&self, cluster: &str) -> Vec<Manager> {
+    fn claimants_in(&self, cluster: &str) -> Vec<Manager> {
         let labels = {
             let Ok(state) = self.state.lock() else {
                 return Vec::new();
@@ -559,17 +553,17 @@ impl Fleet {
     }
 
     /// Counts a failed sync of `manager` into `cluster`; how many came before it.
-    pub(super) fn record_failure(&self, manager: &str, cluster: &str) -> u32 {
+    fn record_failure(&self, manager: &str, cluster: &str) -> u32 {
         self.failures
             .record_failure((manager.to_owned(), cluster.to_owned()))
     }
 
-    pub(super) fn reset_failures(&self, manager: &str, cluster: &str) {
+    fn reset_failures(&self, manager: &str, cluster: &str) {
         self.failures
             .reset(&(manager.to_owned(), cluster.to_owned()));
     }
 
-    pub(super) fn metrics(&self) -> &Metrics {
+    fn metrics(&self) -> &Metrics {
         &self.metrics
     }
 
@@ -583,7 +577,7 @@ impl Fleet {
 
     /// Watches the kubeconfig Secrets, and Cluster API's CRD, running the `Cluster` watches
     /// while it is served, until dropped.
-    pub(super) async fn run(self: Arc<Self>) {
+    pub async fn run(self: Arc<Self>) {
         // Never every namespace: whoever may write a Secret there could enrol a cluster.
         let namespaces: Vec<Option<String>> = if self.options.namespaces.is_empty() {
             vec![Some(self.management.default_namespace().to_owned())]
@@ -611,7 +605,8 @@ impl Fleet {
         )
         .default_backoff();
         futures::pin_mut!(stream);
-        let mut running: Option<(ApiResource, Vec<AbortOnDrop>)> = None;
+        // The Cluster watches, aborted when dropped.
+        let mut running: Option<(ApiResource, tokio::task::JoinSet<()>)> = None;
         let mut present = false;
         while let Some(event) = stream.next().await {
             match event {
@@ -632,14 +627,10 @@ impl Fleet {
                         version = resource.version,
                         "Cluster API's Cluster is served: watching Clusters"
                     );
-                    let tasks = namespaces
-                        .iter()
-                        .cloned()
-                        .map(|ns| {
-                            let task = tokio::spawn(self.clone().watch_capi(resource.clone(), ns));
-                            AbortOnDrop(task.abort_handle())
-                        })
-                        .collect();
+                    let mut tasks = tokio::task::JoinSet::new();
+                    for ns in namespaces.iter().cloned() {
+                        tasks.spawn(self.clone().watch_capi(resource.clone(), ns));
+                    }
                     running = Some((resource, tasks));
                 }
                 Ok(watcher::Event::InitDone) => {
@@ -789,49 +780,37 @@ impl Fleet {
 
     /// The caches, watches and context of one workload cluster reached through `client`.
     fn workload(&self, name: &str, client: Client, pages: pages::ListPages) -> Workload {
-        let (triggers, namespaced, secrets, service_accounts) = (
-            self.triggers.clone(),
-            // No namespaced manager acts in a workload cluster.
-            reflector::store().0,
+        let (namespaces, secrets, service_accounts) = (
+            NamespaceCache::default(),
             SecretCache::default(),
             ServiceAccountCache::default(),
         );
-        let namespaces = NamespaceCache::default();
         let routing = Routing {
-            triggers: triggers.clone(),
-            namespaced: namespaced.clone(),
+            triggers: self.triggers.clone(),
+            // No namespaced manager acts in a workload cluster.
+            namespaced: reflector::store().0,
             cluster: self.managers.clone(),
             namespaces: namespaces.clone(),
             secrets: secrets.clone(),
             service_accounts: service_accounts.clone(),
             compiled: CompiledManagers::for_workloads(),
-            untrusted: true,
+            describe_error: guard::watch_error_line,
         };
-        let caches = Caches {
-            namespaced,
-            cluster: self.managers.clone(),
+        let caches = ClusterCaches {
             namespaces,
             secrets,
             service_accounts,
         };
-        let recorder = events::EventPublisher::new(
+        let recorder = EventPublisher::new(
             client.clone(),
             self.reporter.clone(),
             events::MAX_CACHED_EVENTS,
         );
-        let ctx = Arc::new(Context::new(
-            client.clone(),
-            caches,
-            recorder,
-            self.metrics.clone(),
-            triggers,
-            Duration::from_secs(600),
-            0,
-        ));
-        let routing = tokio::spawn(triggers::route(client, routing)).abort_handle();
+        let cluster = Cluster::new(client.clone(), caches, recorder, self.metrics.clone());
+        let routing = tokio::spawn(crate::controller::route(client, routing)).abort_handle();
         Workload {
             name: name.to_owned(),
-            ctx,
+            cluster,
             routing,
             pages,
         }

@@ -396,7 +396,7 @@ mod tests {
     async fn a_leader_that_cannot_renew_stops_its_work_before_the_lease_could_pass_on() {
         use std::sync::Mutex;
 
-        use crate::controller::fake_api::{FakeApi, reply, status};
+        use crate::runtime::fake_api::{FakeApi, reply, status};
 
         const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/ns/leases";
         // The Lease is created, then every later request fails (the apiserver is gone).

@@ -17,12 +17,8 @@ use crate::{
     api::{ClusterImagePullSecretManager, ClusterStatus},
     content::desired::DesiredSecret,
     controller::{
-        backoff::retry_delay,
-        error::{Issue, IssueKind},
-        kinds::ManagerObject,
-        other_clusters::{CleanedUp, OtherClusters, Synced},
-        reconcile::{sync_in, synced_namespaces},
-        serviceaccount::ServiceAccountReport,
+        CleanedUp, Issue, IssueKind, ManagerObject, OtherClusters, ServiceAccountReport, Synced,
+        retry_delay, sync_in,
     },
     policy::Manager,
 };
@@ -30,7 +26,7 @@ use crate::{
 /// Why a workload cluster is not in step: its kind decides the cluster's health (and so the
 /// Events), its message is what `status.clusters` says.
 #[derive(Debug)]
-pub(in crate::controller) enum NotSynced {
+pub(super) enum NotSynced {
     /// Being connected to: its watches have not listed yet. Not worth an Event.
     Connecting(String),
     /// It does not answer, its kubeconfig does not work, or it is refused (a bound).
@@ -260,9 +256,9 @@ async fn sync_workload(
     desired: &[DesiredSecret],
     report: &ServiceAccountReport,
 ) -> Result<ClusterStatus, NotSynced> {
-    let target = &workload.ctx;
+    let target = &workload.cluster;
     let probe =
-        tokio::time::timeout(super::CONNECT_TIMEOUT, target.client.apiserver_version()).await;
+        tokio::time::timeout(super::CONNECT_TIMEOUT, target.client().apiserver_version()).await;
     let answered = matches!(probe, Ok(Ok(_)));
     fleet
         .metrics()
@@ -298,7 +294,7 @@ async fn sync_workload(
     )
     .await;
     let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
-    let synced = synced_namespaces(&sync.plan, &sync.issues);
+    let synced = sync.synced();
     let message = sync.issues.first().map(|i| {
         let more = sync.issues.len() - 1;
         if more > 0 {
@@ -310,7 +306,7 @@ async fn sync_workload(
     Ok(ClusterStatus {
         name: workload.name.clone(),
         ready: message.is_none(),
-        target_namespaces: count(sync.plan.targets.len()),
+        target_namespaces: count(sync.targets()),
         synced_namespaces: count(synced),
         message,
     })

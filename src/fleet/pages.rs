@@ -59,7 +59,7 @@ enum Page {
 
 /// The pages of the lists in progress of one workload cluster.
 #[derive(Debug)]
-pub(in crate::controller) struct PageCount {
+pub(super) struct PageCount {
     max: usize,
     /// By list ([`list_of`]): pages asked for so far.
     pages: HashMap<String, usize>,
@@ -68,7 +68,7 @@ pub(in crate::controller) struct PageCount {
 }
 
 impl PageCount {
-    pub(in crate::controller) fn new(max: usize) -> Self {
+    pub(super) fn new(max: usize) -> Self {
         Self {
             max,
             pages: HashMap::new(),
@@ -117,16 +117,16 @@ impl PageCount {
 /// The bound on the pages of each list of one workload cluster, shared by its client's layer
 /// and the fleet, which reports the cluster while a list is refused.
 #[derive(Clone, Debug)]
-pub(in crate::controller) struct ListPages(Arc<Mutex<PageCount>>);
+pub(super) struct ListPages(Arc<Mutex<PageCount>>);
 
 impl ListPages {
-    pub(in crate::controller) fn new(max: usize) -> Self {
+    pub(super) fn new(max: usize) -> Self {
         Self(Arc::new(Mutex::new(PageCount::new(max))))
     }
 
     /// Why the cluster is not usable: a list of it was cut off at the bound and has not
     /// completed since.
-    pub(in crate::controller) fn refused(&self) -> Option<String> {
+    pub(super) fn refused(&self) -> Option<String> {
         self.0.lock().ok().and_then(|count| count.refused())
     }
 
@@ -152,7 +152,7 @@ impl<S> Layer<S> for ListPages {
 
 /// A workload client's service with [`ListPages`] in front.
 #[derive(Clone)]
-pub(in crate::controller) struct Bounded<S> {
+pub(super) struct Bounded<S> {
     inner: S,
     pages: ListPages,
 }

@@ -1,6 +1,6 @@
 //! The `cheiron_audit_findings` gauge: how many ServiceAccounts lack a pull secret policy
 //! says they should reference, counted from the controller's caches at every resync with
-//! `cheiron audit`'s own judgement ([`crate::audit::lacking`]), and no list call.
+//! `cheiron audit`'s own judgement ([`lacking`]), and no list call.
 //!
 //! It counts ServiceAccounts only. Counting Pods would need a watch of every Pod in the
 //! cluster, which the controller does not keep (a metadata-only Pod watch is still one
@@ -8,10 +8,11 @@
 
 use std::{sync::Arc, time::Duration};
 
-use super::{context::Context, namespaces::NamespaceCache, service_accounts::ServiceAccountCache};
+use super::lacking;
 use crate::{
     api::Mode,
-    audit::lacking,
+    controller::{ManagerStores, NamespaceCache, ServiceAccountCache},
+    metrics::Metrics,
     policy::{Manager, NamespaceMeta},
 };
 
@@ -19,15 +20,23 @@ use crate::{
 /// the ServiceAccounts the first reconciles are about to backfill.
 pub const FIRST_COUNT_AFTER: Duration = Duration::from_secs(30);
 
-/// Sets the gauge now and then every `resync`, until dropped (aborted with the controller).
-pub(super) async fn keep(ctx: Arc<Context>, first: Duration, resync: Duration) {
+/// What the gauge is counted from: the controller's stores and caches.
+pub struct Counted {
+    pub managers: ManagerStores,
+    pub namespaces: NamespaceCache,
+    pub service_accounts: ServiceAccountCache,
+}
+
+/// Sets the gauge `first` after the caches have synced and then every `resync`, until dropped
+/// (aborted with the controller).
+pub async fn keep(from: Counted, metrics: Arc<Metrics>, first: Duration, resync: Duration) {
     let start = tokio::time::Instant::now() + first.min(resync);
     let mut ticks = tokio::time::interval_at(start, resync);
     loop {
         ticks.tick().await;
-        let managers = ctx.live_managers();
-        let findings = count(&managers, &ctx.namespaces, &ctx.service_accounts);
-        ctx.metrics
+        let managers = from.managers.live();
+        let findings = count(&managers, &from.namespaces, &from.service_accounts);
+        metrics
             .audit_findings
             .set(i64::try_from(findings).unwrap_or(i64::MAX));
         tracing::debug!(findings, "audit findings counted");

@@ -16,7 +16,7 @@ use tower::{BoxError, util::MapResponseLayer};
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
 
 /// The layer of a workload cluster's client: see the module.
-pub(in crate::controller) fn layer(
+pub(super) fn layer(
     max_bytes: usize,
 ) -> MapResponseLayer<impl Fn(Response<Box<DynBody>>) -> Response<Box<DynBody>> + Clone> {
     MapResponseLayer::new(move |response: Response<Box<DynBody>>| guard(response, max_bytes))
@@ -90,7 +90,7 @@ fn reason(status: StatusCode) -> &'static str {
 /// API error (its message is cheiron's own when it came from [`layer`], but a watch stream's
 /// `ERROR` event carries the server's), and for the others their text with every quoted value
 /// hidden and its length bounded.
-pub(in crate::controller) fn error_line(e: &kube::Error) -> String {
+pub(super) fn error_line(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => StatusCode::from_u16(s.code)
             .map(describe)
@@ -109,7 +109,7 @@ pub(in crate::controller) fn error_line(e: &kube::Error) -> String {
 }
 
 /// The same for a watch of a workload cluster.
-pub(in crate::controller) fn watch_error_line(e: &kube::runtime::watcher::Error) -> String {
+pub(super) fn watch_error_line(e: &kube::runtime::watcher::Error) -> String {
     use kube::runtime::watcher::Error;
     match e {
         Error::InitialListFailed(e) => format!("initial list failed: {}", error_line(e)),

@@ -3,7 +3,7 @@
 //!
 //! The webhook labels a Pod [`label::MISSING_SECRETS`] when it appended a pull secret that did
 //! not exist in the namespace at admission, and lists the names in the annotation of the same
-//! key (`src/admission/patch.rs`). The controller watches the metadata of those Pods only (a
+//! key (`src/admission/patch.rs`). The controller's leader watches the metadata of those Pods only (a
 //! label selector: the cost follows the Pods affected, not all Pods), and once a Pod is
 //! [`DEFAULT_GRACE`] old (`--missing-secret-grace`) reads the metadata of each listed Secret.
 //! When one is still missing it publishes one Warning Event, reason [`REASON`], regarding the
@@ -28,8 +28,10 @@ use kube::{
     },
 };
 
-use super::context::Context;
-use crate::api::{annotation, label};
+use crate::{
+    api::{annotation, label},
+    runtime::events::EventPublisher,
+};
 
 /// How long after a Pod's creation its missing Secrets are checked, unless
 /// `--missing-secret-grace` says otherwise: long enough for the controller to materialise a
@@ -270,9 +272,9 @@ fn unix_now() -> i64 {
     k8s_openapi::jiff::Timestamp::now().as_second()
 }
 
-/// Watches the labelled Pods and publishes the Events, until aborted with the controller.
-pub(super) async fn watch(ctx: std::sync::Arc<Context>, grace: Duration) {
-    let client = ctx.client.clone();
+/// Watches the labelled Pods and publishes the Events through `recorder`, until aborted with
+/// the controller.
+pub async fn watch(client: Client, recorder: EventPublisher, grace: Duration) {
     let pods = watcher(
         Api::<PartialObjectMeta<Pod>>::all(client.clone()),
         watcher::Config::default().labels(&label::missing_secrets_selector()),
@@ -301,8 +303,10 @@ pub(super) async fn watch(ctx: std::sync::Arc<Context>, grace: Duration) {
                                     secrets = %missing.join(","),
                                     "pull secrets still missing after the grace period"
                                 );
-                                ctx.publish(&event(&check, &missing, grace), &pod_reference(&check))
-                                    .await;
+                                let event = event(&check, &missing, grace);
+                                if let Err(e) = recorder.publish(&event, &pod_reference(&check)).await {
+                                    tracing::debug!(error = %e, "could not publish an Event");
+                                }
                             }
                             tracker.done(&check.uid);
                         }

@@ -1,5 +1,6 @@
 //! Mode Node managers hand their credentials to the node agents as bundles (node/bundle.rs):
-//! one Secret per manager in the node namespace, written here, in the manager's reconcile.
+//! one Secret per manager in the node namespace, written here, in the manager's reconcile
+//! (through the controller's [`Nodes`] seam).
 //! The agents read those and nothing else, so a compromised node reads no manager (no inline
 //! password of any other manager) and no source Secret (docs/node.md, "What one node can read
 //! and write").
@@ -16,19 +17,52 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, ResourceExt, api::PostParams};
+use futures::{FutureExt, future::BoxFuture};
+use k8s_openapi::{api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::OwnerReference};
+use kube::{Api, Client, ResourceExt, api::PostParams};
 
-use super::{
-    context::Context,
-    error::{Issue, IssueKind},
-};
+use super::bundle::{Bundle, BundleMeta, MAX_PROBLEM, bundle_name};
 use crate::{
     api::{ClusterImagePullSecretManager, Mode},
     content::{Fetched, Provided, SourceKey, desired_with},
+    controller::{Issue, IssueKind, Nodes},
     message,
-    node::bundle::{Bundle, BundleMeta, MAX_PROBLEM, bundle_name},
 };
+
+/// The bundles of the node namespace: the controller's hand-off to the node agents.
+pub struct Handoff {
+    client: Client,
+    /// The node namespace (docs/node.md).
+    namespace: String,
+}
+
+impl Handoff {
+    /// Bundles written in `namespace` through `client`.
+    pub fn new(client: Client, namespace: String) -> Self {
+        Self { client, namespace }
+    }
+}
+
+impl Nodes for Handoff {
+    fn publish<'a>(
+        &'a self,
+        manager: &'a ClusterImagePullSecretManager,
+        owner: &'a OwnerReference,
+        fetched: &'a HashMap<SourceKey, Fetched>,
+    ) -> BoxFuture<'a, Option<Issue>> {
+        async move {
+            if !wants_bundle(manager) {
+                return None;
+            }
+            publish(&self.client, &self.namespace, manager, owner, fetched).await
+        }
+        .boxed()
+    }
+
+    fn remove<'a>(&'a self, name: &'a str, uid: &'a str) -> BoxFuture<'a, Option<Issue>> {
+        remove(&self.client, &self.namespace, name, uid).boxed()
+    }
+}
 
 /// What `manager`'s bundle should say, and the credentials it should hold (`None`: keep the
 /// last good ones, as the problem says why).
@@ -78,17 +112,17 @@ fn owned_by(secret: &Secret, uid: &str) -> bool {
     secret.owner_references().iter().any(|o| o.uid == uid)
 }
 
-/// Writes `manager`'s bundle in `ctx`'s node namespace when it differs from what it should
-/// be. Returns what could not be done.
-pub(super) async fn publish(
-    ctx: &Context,
+/// Writes `manager`'s bundle in `namespace` when it differs from what it should be. Returns
+/// what could not be done.
+async fn publish(
+    client: &Client,
+    namespace: &str,
     manager: &ClusterImagePullSecretManager,
-    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    owner: &OwnerReference,
     fetched: &HashMap<SourceKey, Fetched>,
 ) -> Option<Issue> {
-    let namespace = ctx.node_namespace.as_str();
     let name = bundle_name(&manager.name_any());
-    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let failed = |what: &str, e: &kube::Error| {
         Some(Issue::new(
             IssueKind::SecretWrite,
@@ -153,13 +187,8 @@ pub(super) async fn publish(
 
 /// Deletes the bundle of the manager `name` with `uid` from `namespace`, if it is that
 /// manager's (a Secret of the name that is not is left alone). Returns what failed.
-pub(super) async fn remove(
-    client: &kube::Client,
-    namespace: &str,
-    name: &str,
-    uid: &str,
-) -> Option<Issue> {
-    let e = crate::node::status::delete_bundle(client, namespace, name, uid)
+async fn remove(client: &Client, namespace: &str, name: &str, uid: &str) -> Option<Issue> {
+    let e = super::status::delete_bundle(client, namespace, name, uid)
         .await
         .err()?;
     Some(Issue::new(
@@ -174,7 +203,7 @@ pub(super) async fn remove(
 }
 
 /// True when `manager` should have a bundle: in mode Node and not being deleted.
-pub(super) fn wants_bundle(manager: &ClusterImagePullSecretManager) -> bool {
+fn wants_bundle(manager: &ClusterImagePullSecretManager) -> bool {
     manager.spec.mode == Mode::Node && manager.metadata.deletion_timestamp.is_none()
 }
 
@@ -265,7 +294,7 @@ mod tests {
         let mut secret = CoreSecret::default();
         assert!(!owned_by(&secret, "u-1"));
         secret.metadata.owner_references =
-            Some(vec![super::super::kinds::ManagerObject::owner_reference(
+            Some(vec![crate::controller::ManagerObject::owner_reference(
                 &manager(&[]),
             )]);
         assert!(owned_by(&secret, "u-1"));
