@@ -1,11 +1,13 @@
 //! cheiron: distributes registry pull secrets to every Pod that should have them, at admission.
 
+// The pure core: the API types, policy, admission, pull-Secret content and registry matching,
+// a crate of its own so that nothing in it can reach a client, a server or the controller.
+pub use cheiron_core::{admission, content, policy, registry};
+
 pub mod admin;
-pub mod admission;
 pub mod api;
 pub mod audit;
 pub mod cli;
-pub mod content;
 pub mod controller;
 pub mod credential;
 pub mod explain;
@@ -14,8 +16,6 @@ pub mod install;
 pub mod message;
 pub mod metrics;
 pub mod node;
-pub mod policy;
-pub mod registry;
 pub mod runtime;
 pub mod source;
 pub mod telemetry;

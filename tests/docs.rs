@@ -6,8 +6,9 @@ use std::path::Path;
 
 /// The top-level folders of the repository: a backticked path starting with one of them is a
 /// path into the tree (others are URLs, flags, cache folders or placeholders).
-const TREE: [&str; 11] = [
+const TREE: [&str; 12] = [
     "src/",
+    "crates/",
     "tests/",
     "benches/",
     "charts/",

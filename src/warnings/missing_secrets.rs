@@ -3,7 +3,7 @@
 //!
 //! The webhook labels a Pod [`label::MISSING_SECRETS`] when it appended a pull secret that did
 //! not exist in the namespace at admission, and lists the names in the annotation of the same
-//! key (`src/admission/patch.rs`). The controller's leader watches the metadata of those Pods only (a
+//! key (`crates/cheiron-core/src/admission/patch.rs`). The controller's leader watches the metadata of those Pods only (a
 //! label selector: the cost follows the Pods affected, not all Pods), and once a Pod is
 //! [`DEFAULT_GRACE`] old (`--missing-secret-grace`) reads the metadata of each listed Secret.
 //! When one is still missing it publishes one Warning Event, reason [`REASON`], regarding the

@@ -694,7 +694,7 @@ proptest! {
 fn the_fast_parse_and_the_json_path_give_the_same_patch() -> TestResult {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/pod-create-replicaset.json"
+        "/../../tests/data/pod-create-replicaset.json"
     );
     let mut body: Value = serde_json::from_slice(&std::fs::read(path)?)?;
     body["request"]["namespace"] = json!("team");

@@ -7,16 +7,14 @@ mod entry;
 pub mod fleet;
 mod namespaced;
 pub mod rules;
-mod served;
 mod status;
 
 pub use cluster::{ClusterImagePullSecretManager, ClusterImagePullSecretManagerSpec};
-pub use crd::{crds, crds_yaml};
+pub use crd::crds;
 pub use entry::{CredentialProviderRef, Injection, Mode, PullSecretEntry, SecretKeyRef, SecretRef};
 pub use fleet::{ClusterSelection, ClusterStatus};
 pub use namespaced::{ImagePullSecretManager, ImagePullSecretManagerSpec};
 pub use rules::{InvalidSpec, validate_cluster, validate_namespaced};
-pub use served::{ApiCheckError, ensure_crds};
 pub use status::{
     CredentialStatus, ManagerStatus, NODE_STATUS_FIELDS, NamespaceFailure, NodeStatus,
     PullSecretRegistries, reason,

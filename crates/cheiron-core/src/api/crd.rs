@@ -12,13 +12,3 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         ClusterImagePullSecretManager::crd(),
     ]
 }
-
-/// Both CRDs as one multi-document YAML stream, as `cheiron crds` prints it.
-pub fn crds_yaml() -> Result<String, crate::yaml::WriteError> {
-    let mut out = String::new();
-    for crd in crds() {
-        out.push_str("---\n");
-        out.push_str(&crate::yaml::to_string(&crd)?);
-    }
-    Ok(out)
-}
