@@ -2,7 +2,7 @@
 //! recorder, the remembered target namespaces of each manager, and the names held there by
 //! Secrets cheiron does not manage. The controller's own cluster is one
 //! ([`super::context::Context::home`]); with `--fleet`, each workload cluster is another, built
-//! by the fleet (docs/fleet.md). The writes in `write.rs` and [`super::reconcile::sync_in`]
+//! by the fleet (docs/fleet.md). The writes in `write.rs` and [`super::sync::sync_in`]
 //! take only this, so they act the same in either.
 
 use std::{

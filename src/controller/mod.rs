@@ -38,6 +38,7 @@ mod service_accounts;
 mod serviceaccount;
 pub mod source_watches;
 mod status;
+mod sync;
 mod triggers;
 mod write;
 
@@ -48,10 +49,10 @@ pub use kinds::{ManagerObject, ManagerRef};
 pub use namespaces::NamespaceCache;
 pub use nodes::Nodes;
 pub use other_clusters::{CleanedUp, OtherClusters, Synced};
-pub use reconcile::{ClusterSync, sync_in};
 pub use secrets::SecretCache;
 pub use service_accounts::ServiceAccountCache;
 pub use serviceaccount::{SERVICE_ACCOUNT_EVENTS_PER_RECONCILE, ServiceAccountReport};
+pub use sync::{ClusterSync, sync_in};
 pub use triggers::{CompiledManagers, Routing, Triggers, route};
 
 use std::{sync::Arc, time::Duration};
