@@ -7,11 +7,12 @@
 //!   (webhook registration, RBAC, Deployments, NetworkPolicies), so the two cannot drift apart;
 //!   invalid values are refused.
 //! - `cluster`: on a real kube-apiserver (the e2e harness, its own control plane for this
-//!   binary), both apply cleanly in a server-side dry run, their Pods meet the restricted Pod
-//!   Security Standard, SubjectAccessReviews show each ServiceAccount (webhook, controller,
-//!   combined, certificates) can make every call its code makes and nothing broader, and
-//!   `cheiron webhook`, `cheiron controller` and `cheiron run` do their job under exactly that
-//!   RBAC.
+//!   binary), both apply cleanly in a server-side dry run and their Pods meet the restricted
+//!   Pod Security Standard.
+//! - `rbac`: SubjectAccessReviews show each ServiceAccount (webhook, controller, combined,
+//!   certificates) can make every call its code makes and nothing broader.
+//! - `under_rbac`: `cheiron webhook`, `cheiron controller` and `cheiron run` do their job under
+//!   exactly that RBAC.
 //!
 //! Tests that need helm get it from `scripts/helm` and fail, with a message saying how to
 //! provide it, when it cannot.
@@ -176,6 +177,10 @@ mod drift;
 mod chart;
 
 mod cluster;
+
+mod rbac;
+
+mod under_rbac;
 
 /// The chart's opt-in PrometheusRule: `promtool` accepts it and its unit tests
 /// (`tests/alerts/rules_test.yaml`) pass, and every metric its expressions use is one a
