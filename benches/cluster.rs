@@ -55,7 +55,7 @@ use tokio::sync::{mpsc, oneshot};
 const LATENCY_NAMESPACES: usize = 100;
 /// Namespaces one rotated source is copied to.
 const ROTATION_NAMESPACES: usize = 1_000;
-/// Writes in flight of the bare client: `WRITE_CONCURRENCY` of `src/controller/reconcile.rs`.
+/// Writes in flight of the bare client: `WRITE_CONCURRENCY` of `crates/cheiron-controller/src/reconcile.rs`.
 const BARE_WRITE_CONCURRENCY: usize = 16;
 /// Rotations timed (each between two bare-client runs).
 const ROTATION_ROUNDS: usize = 5;
@@ -78,7 +78,7 @@ const TARGET: &str = "bench.cheiron.anny.co/target";
 const BARE: &str = "bench.cheiron.anny.co/bare";
 const DOCKER_CONFIG_JSON: &str = "kubernetes.io/dockerconfigjson";
 /// The fake plugin's `cacheDuration`, in seconds: the credential is fetched again after about
-/// half of it (`REFRESH_FRACTION` of `src/credential/refresh.rs`, ±10 %), which leaves room
+/// half of it (`REFRESH_FRACTION` of `crates/cheiron-credential/src/refresh.rs`, ±10 %), which leaves room
 /// for one bare-client run and a quiet controller between two rotations.
 const PROVIDER_CACHE_SECONDS: u64 = 40;
 /// The provider (and plugin file) name, and the image its manager entry names.

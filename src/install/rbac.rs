@@ -27,7 +27,7 @@ fn named(rule: PolicyRule, name: &str) -> PolicyRule {
     }
 }
 
-/// What the webhook reads, cluster-wide (`src/source/cluster.rs`): it watches both manager
+/// What the webhook reads, cluster-wide (`crates/cheiron-webhook/src/source/cluster.rs`): it watches both manager
 /// kinds and Namespaces (metadata), and gets a Namespace its cache has not seen yet.
 ///
 /// No Secrets: the webhook serves the apiserver on a port any Pod may be able to reach, so its
@@ -44,7 +44,7 @@ pub fn webhook_rules() -> Vec<PolicyRule> {
     ]
 }
 
-/// What the controller reads and writes, cluster-wide (`src/controller/`). It is the only
+/// What the controller reads and writes, cluster-wide (`crates/cheiron-controller/src/`). It is the only
 /// identity of cheiron with Secret rights:
 /// - managers of both kinds: watched, `patch`ed to add and remove the finalizer, their
 ///   `status` `patch`ed (no `*/finalizers` subresource: the ownerReferences on its Secrets set
@@ -128,7 +128,7 @@ pub fn leader_election_rules(lease: &str) -> Vec<PolicyRule> {
 }
 
 /// With `--metrics-auth kubernetes`, what every cheiron identity asks the apiserver about a
-/// `/metrics` request (`src/admin/access.rs`): who its bearer token belongs to
+/// `/metrics` request (`crates/cheiron-runtime/src/admin/access.rs`): who its bearer token belongs to
 /// (TokenReview) and whether that user may `get` `/metrics` (SubjectAccessReview). The same
 /// two rules as the built-in `system:auth-delegator` ClusterRole, spelt out here so that they
 /// are reviewed with the rest.
@@ -155,7 +155,7 @@ pub fn metrics_reader_rules() -> Vec<PolicyRule> {
     }]
 }
 
-/// KEP-4412 credential providers (`src/credential/token.rs`): `create` on
+/// KEP-4412 credential providers (`crates/cheiron-credential/src/token.rs`): `create` on
 /// `serviceaccounts/token`, the TokenRequest the controller makes for the ServiceAccount a
 /// manager's `credentialProvider.serviceAccountName` names. Limited to `names` when given (the
 /// request names the ServiceAccount, so RBAC can hold it to names); all ServiceAccounts of the

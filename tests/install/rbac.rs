@@ -21,7 +21,7 @@ const MWC: &str = "mutatingwebhookconfigurations";
 const NS: &str = NAMESPACE;
 const LEASE: &str = "cheiron-controller";
 
-/// Every call the webhook makes (src/source/cluster.rs).
+/// Every call the webhook makes (crates/cheiron-webhook/src/source/cluster.rs).
     #[rustfmt::skip]
     const WEBHOOK_NEEDS: &[Row] = &[
         ("list",   G,  IPSM,         "", "", "managers reflector (and the CRD probe)"),
@@ -60,7 +60,7 @@ const LEASE: &str = "cheiron-controller";
         ("patch",  LEASES, "leases", NS, LEASE, "no leader election"),
     ];
 
-/// Every call the controller makes (src/controller/).
+/// Every call the controller makes (crates/cheiron-controller/src/).
     #[rustfmt::skip]
     const CONTROLLER_NEEDS: &[Row] = &[
         ("list",   G,  IPSM,  "", "", "managers (and the CRD probe)"),

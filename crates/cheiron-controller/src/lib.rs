@@ -1,0 +1,360 @@
+//! The controller: materialises each manager's pull secrets into its target namespaces, keeps
+//! them in step with their sources, backfills ServiceAccounts, cleans up after itself, and
+//! reports status. Built on kube-runtime: one `Controller` per manager kind, fed by shared
+//! watches of Namespaces (metadata), ServiceAccounts, cheiron's own Secrets (label selector)
+//! and each named source Secret (field selector), never a cluster-wide Secret cache.
+//!
+//! ```text
+//!   Controller::new ─► caches, triggers, the two kind controllers (nothing started)
+//!   Controller::run ─► triggers::route (watches → caches + reconcile requests)
+//!     └──► Controller<ImagePullSecretManager> ─┐
+//!          Controller<ClusterImagePullSecretManager> ─┴► reconcile::reconcile(manager, Context)
+//!                 desired (pure) → plan (pure) → writes into a Cluster → serviceaccount (pure)
+//!                 → status (pure); other clusters and node agents through the seams
+//! ```
+//!
+//! One reconcile writes into a [`Cluster`] (the controller's own, or a workload cluster the
+//! fleet built); the other places a manager reaches are seams ([`OtherClusters`], [`Nodes`])
+//! that the rooms around the controller implement. The controller names none of them: the
+//! command line's composition root (`src/cli/controller.rs`) builds the controller, starts
+//! the capabilities around it and hands it the seams. Dependencies inside run one way:
+//! `mod` → `reconcile` → `write` → `cluster`/`context` → `triggers`/`source_watches`.
+
+// The rooms this crate builds on, under the names the code uses.
+use cheiron_core::{admission, content, policy, registry};
+use cheiron_credential as credential;
+use cheiron_runtime::{admin, api, message, metrics, runtime};
+
+mod backoff;
+mod cluster;
+mod context;
+mod error;
+mod interned;
+mod kinds;
+mod namespaces;
+mod nodes;
+mod other_clusters;
+mod plan;
+mod provided;
+mod reconcile;
+mod scopes;
+mod secrets;
+mod service_accounts;
+mod serviceaccount;
+pub mod source_watches;
+mod status;
+mod sync;
+mod triggers;
+mod write;
+
+pub use backoff::{Backoff, retry_delay};
+pub use cluster::{Cluster, ClusterCaches};
+pub use error::{ControllerError, Issue, IssueKind};
+pub use kinds::{ManagerObject, ManagerRef};
+pub use namespaces::NamespaceCache;
+pub use nodes::Nodes;
+pub use other_clusters::{CleanedUp, OtherClusters, Synced};
+pub use secrets::SecretCache;
+pub use service_accounts::ServiceAccountCache;
+pub use serviceaccount::{SERVICE_ACCOUNT_EVENTS_PER_RECONCILE, ServiceAccountReport};
+pub use sync::{ClusterSync, sync_in};
+pub use triggers::{CompiledManagers, Routing, Triggers, route};
+
+use std::{sync::Arc, time::Duration};
+
+use futures::{FutureExt, StreamExt, future};
+use kube::{
+    Api, Client,
+    runtime::{
+        Controller as KindController,
+        controller::Config as ControllerConfig,
+        events::Reporter,
+        reflector::{self, Store},
+        watcher,
+    },
+};
+use tokio_util::sync::CancellationToken;
+
+use self::{context::Context, triggers::TriggerStreams};
+use crate::{
+    admin::ReadyFlag,
+    api::{ClusterImagePullSecretManager, ImagePullSecretManager, ensure_crds},
+    credential::{CredentialProviders, ProviderSettings},
+    metrics::Metrics,
+    policy::{Manager, live_managers},
+    runtime::events::{self, EventPublisher},
+};
+
+/// Settings of the controller.
+#[derive(Clone, Debug)]
+pub struct ControllerOptions {
+    /// Full reconcile of every manager this often, to repair drift nobody announced.
+    pub resync: Duration,
+    /// Managers reconciled at once, per kind.
+    pub concurrency: u16,
+    /// `reportingInstance` of Events (the Pod name in a cluster).
+    pub instance: String,
+    /// Most source Secrets watched at once (see [`source_watches::SourceWatches`]).
+    pub max_source_watches: usize,
+    /// The credential-provider exec plugins (none by default).
+    pub credentials: ProviderSettings,
+}
+
+impl Default for ControllerOptions {
+    fn default() -> Self {
+        Self {
+            resync: Duration::from_secs(600),
+            concurrency: 4,
+            instance: "cheiron".to_owned(),
+            max_source_watches: source_watches::DEFAULT_MAX_SOURCE_WATCHES,
+            credentials: ProviderSettings::default(),
+        }
+    }
+}
+
+/// The managers of both kinds, as the controllers' stores hold them.
+#[derive(Clone)]
+pub struct ManagerStores {
+    pub namespaced: Store<ImagePullSecretManager>,
+    pub cluster: Store<ClusterImagePullSecretManager>,
+}
+
+impl ManagerStores {
+    /// Managers of both kinds that act (see [`live_managers`]), oldest first.
+    pub fn live(&self) -> Vec<Manager> {
+        let namespaced = self.namespaced.state();
+        let cluster = self.cluster.state();
+        live_managers(
+            namespaced.iter().map(|m| &**m),
+            cluster.iter().map(|m| &**m),
+        )
+        .0
+    }
+
+    /// True once both stores have their first list.
+    fn ready(&self) -> bool {
+        let namespaced = self.namespaced.wait_until_ready().now_or_never();
+        let cluster = self.cluster.wait_until_ready().now_or_never();
+        matches!((namespaced, cluster), (Some(Ok(())), Some(Ok(()))))
+    }
+}
+
+/// The controller, built and not yet running. The command line's composition root
+/// (`src/cli/controller.rs`) takes from it what the capabilities around it read (the
+/// stores, the caches, the trigger sender, the Event reporter), gives it the other clusters
+/// it reaches, and then [`Controller::run`]s it.
+pub struct Controller {
+    namespaced: KindController<ImagePullSecretManager>,
+    cluster: KindController<ClusterImagePullSecretManager>,
+    streams: TriggerStreams,
+    routing: Routing,
+    reporter: Reporter,
+    ctx: Context,
+}
+
+impl Controller {
+    /// The controller of the cluster `client` reaches: its watches and caches set up, nothing
+    /// started. Fails when the CRDs are not installed.
+    pub async fn new(
+        client: Client,
+        options: ControllerOptions,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, ControllerError> {
+        let ControllerOptions {
+            resync,
+            concurrency,
+            instance,
+            max_source_watches,
+            credentials,
+        } = options;
+        ensure_crds(&client).await?;
+        let config = ControllerConfig::default().concurrency(concurrency);
+        let namespaced = kind_controller::<ImagePullSecretManager>(&client, &config);
+        let cluster = kind_controller::<ClusterImagePullSecretManager>(&client, &config);
+        let managers = ManagerStores {
+            namespaced: namespaced.store(),
+            cluster: cluster.store(),
+        };
+
+        let (triggers, streams) = Triggers::new();
+        let caches = ClusterCaches {
+            namespaces: NamespaceCache::default(),
+            secrets: SecretCache::default(),
+            service_accounts: ServiceAccountCache::default(),
+        };
+        let routing = Routing {
+            triggers: triggers.clone(),
+            namespaced: managers.namespaced.clone(),
+            cluster: managers.cluster.clone(),
+            namespaces: caches.namespaces.clone(),
+            secrets: caches.secrets.clone(),
+            service_accounts: caches.service_accounts.clone(),
+            compiled: Default::default(),
+            describe_error: triggers::trusted_error,
+        };
+        let reporter = Reporter {
+            controller: "cheiron".to_owned(),
+            instance: Some(instance),
+        };
+        let recorder =
+            EventPublisher::new(client.clone(), reporter.clone(), events::MAX_CACHED_EVENTS);
+        let credentials =
+            CredentialProviders::new(credentials, Some(client.clone()), Some(metrics.clone()));
+        {
+            let triggers = triggers.clone();
+            credentials.on_change(Arc::new(move |id| {
+                triggers.send(kinds::ManagerRef::from(id))
+            }));
+        }
+        let home = Cluster::new(client, caches, recorder, metrics);
+        let ctx = Context::new(home, managers, triggers, resync, max_source_watches)
+            .with_credentials(credentials);
+        Ok(Self {
+            namespaced,
+            cluster,
+            streams,
+            routing,
+            reporter,
+            ctx,
+        })
+    }
+
+    /// The controller writing a cluster manager's Secrets into `others` too.
+    pub fn with_other_clusters(mut self, others: Arc<dyn OtherClusters>) -> Self {
+        self.ctx = self.ctx.with_other_clusters(others);
+        self
+    }
+
+    /// The controller handing mode Node managers' credentials to `nodes`.
+    pub fn with_nodes(mut self, nodes: Arc<dyn Nodes>) -> Self {
+        self.ctx = self.ctx.with_nodes(nodes);
+        self
+    }
+
+    /// The managers of both kinds (filled once the controller runs).
+    pub fn managers(&self) -> ManagerStores {
+        self.ctx.managers.clone()
+    }
+
+    /// The sender of reconcile requests.
+    pub fn triggers(&self) -> Triggers {
+        self.ctx.triggers.clone()
+    }
+
+    /// Who the controller's Events say reported them.
+    pub fn reporter(&self) -> Reporter {
+        self.reporter.clone()
+    }
+
+    /// The controller's own cluster's Namespaces and ServiceAccounts, as its caches hold them.
+    pub fn caches(&self) -> (NamespaceCache, ServiceAccountCache) {
+        (
+            self.ctx.home.namespaces.clone(),
+            self.ctx.home.service_accounts.clone(),
+        )
+    }
+
+    /// Resolves once the controller's caches of its own cluster have listed everything.
+    pub fn synced(&self) -> impl Future<Output = ()> + Send + 'static {
+        Self::synced_of(&self.ctx)
+    }
+
+    /// Runs the routing of watch events and both kinds' controllers until `shutdown` is
+    /// cancelled. `ready` turns true once every cache has synced.
+    pub async fn run(
+        self,
+        ready: Arc<ReadyFlag>,
+        shutdown: CancellationToken,
+    ) -> Result<(), ControllerError> {
+        let Self {
+            namespaced,
+            cluster,
+            streams,
+            routing,
+            reporter: _,
+            ctx,
+        } = self;
+        let synced = Self::synced_of(&ctx);
+        let ctx = Arc::new(ctx);
+        // Aborted when this returns, whichever way.
+        let mut tasks = tokio::task::JoinSet::new();
+        tasks.spawn(triggers::route(ctx.home.client.clone(), routing));
+
+        // Never reconcile against half-filled caches: that would re-create what exists.
+        // Not ready while the caches fill: set before waiting, not after, so that a standby
+        // that has just taken over does not turn unready after its first writes.
+        ready.set(false);
+        tokio::select! {
+            () = synced => {},
+            () = shutdown.cancelled() => return Ok(()),
+        }
+        tasks.spawn(mark_ready(ctx.managers.clone(), ready.clone()));
+
+        tracing::info!(
+            service_accounts = ctx.home.service_accounts.len(),
+            secrets = ctx.home.secrets.len(),
+            "controller started"
+        );
+        future::join(
+            drive(namespaced, streams.namespaced, ctx.clone(), &shutdown),
+            drive(cluster, streams.cluster, ctx, &shutdown),
+        )
+        .await;
+        ready.set(false);
+        tracing::info!("controller stopped");
+        Ok(())
+    }
+
+    fn synced_of(ctx: &Context) -> impl Future<Output = ()> + Send + 'static {
+        let (namespaces, secrets, service_accounts) = (
+            ctx.home.namespaces.clone(),
+            ctx.home.secrets.clone(),
+            ctx.home.service_accounts.clone(),
+        );
+        async move {
+            while !service_accounts.is_ready() || !namespaces.is_ready() || !secrets.is_ready() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// The kube-runtime controller of one manager kind.
+fn kind_controller<K: ManagerObject>(
+    client: &Client,
+    config: &ControllerConfig,
+) -> KindController<K> {
+    KindController::new(Api::<K>::all(client.clone()), watcher::Config::default())
+        .with_config(config.clone())
+}
+
+/// Runs one kind's controller on its trigger stream until `shutdown`.
+async fn drive<K: ManagerObject>(
+    controller: KindController<K>,
+    triggers: impl futures::Stream<Item = reflector::ObjectRef<K>> + Send + 'static,
+    ctx: Arc<Context>,
+    shutdown: &CancellationToken,
+) {
+    controller
+        .reconcile_on(triggers)
+        .graceful_shutdown_on(shutdown.clone().cancelled_owned())
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|result| {
+            if let Err(e) = result {
+                tracing::debug!(kind = K::KIND.as_str(), error = %e, "controller event");
+            }
+            future::ready(())
+        })
+        .await;
+}
+
+/// Sets `ready` once both manager stores have their first list. Polled rather than awaited:
+/// a store's readiness wakes only one waiter, and the controllers' own runners already wait
+/// on these two.
+async fn mark_ready(managers: ManagerStores, ready: Arc<ReadyFlag>) {
+    while !managers.ready() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    ready.set(true);
+    tracing::info!("controller caches synced");
+}
