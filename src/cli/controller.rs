@@ -11,6 +11,7 @@ use crate::{
     admin::{AdminState, ReadyFlag, serve_admin},
     audit::gauge::{self, Counted},
     controller::{self, Controller, ControllerError, ControllerOptions},
+    credential::{CredentialProviders, ProviderSettings},
     fleet::{Fleet, FleetOptions},
     metrics::Metrics,
     node,
@@ -337,14 +338,15 @@ impl ControllerArgs {
             resync: Duration::from_secs(resync),
             instance,
             max_source_watches,
-            credentials: credential_providers.settings(own_namespace)?,
             ..ControllerOptions::default()
         };
+        let credentials = credential_providers.settings(own_namespace)?;
         let identity = format!("{}-{}", options.instance, std::process::id());
         let leading = Leading {
             node_namespace,
             client: client.clone(),
             controller: options,
+            credentials,
             fleet,
             missing_secret_grace: Duration::from_secs(missing_secret_grace),
             metrics: metrics.clone(),
@@ -403,6 +405,7 @@ impl ControllerArgs {
 struct Leading {
     client: kube::Client,
     controller: ControllerOptions,
+    credentials: ProviderSettings,
     fleet: FleetOptions,
     /// Where mode Node managers' credentials go and the node agents report (docs/node.md).
     node_namespace: String,
@@ -411,8 +414,8 @@ struct Leading {
 }
 
 /// The composition root of one term as leader: builds the controller, starts each capability
-/// around it with only what it reads (the node agents' hand-off, the fleet, the node status,
-/// the audit gauge, the missing-secret warnings), and runs the controller until `shutdown`. The capabilities stop
+/// around it with only what it reads (the credential providers, the node agents' hand-off,
+/// the fleet, the node status, the audit gauge, the missing-secret warnings), and runs the controller until `shutdown`. The capabilities stop
 /// with it.
 async fn lead(
     leading: Leading,
@@ -422,6 +425,7 @@ async fn lead(
     let Leading {
         client,
         controller,
+        credentials,
         fleet,
         node_namespace,
         missing_secret_grace,
@@ -430,6 +434,11 @@ async fn lead(
     let resync = controller.resync;
     let mut controller = Controller::new(client.clone(), controller, metrics.clone()).await?;
     let reporter = controller.reporter();
+    controller = controller.with_credentials(CredentialProviders::new(
+        credentials,
+        Some(client.clone()),
+        Some(metrics.clone()),
+    ));
     controller = controller.with_nodes(Arc::new(node::handoff::Handoff::new(
         client.clone(),
         node_namespace.clone(),

@@ -79,7 +79,7 @@ use self::{context::Context, triggers::TriggerStreams};
 use crate::{
     admin::ReadyFlag,
     api::{ClusterImagePullSecretManager, ImagePullSecretManager, ensure_crds},
-    credential::{CredentialProviders, ProviderSettings},
+    credential::CredentialProviders,
     metrics::Metrics,
     policy::{Manager, live_managers},
     runtime::events::{self, EventPublisher},
@@ -96,8 +96,6 @@ pub struct ControllerOptions {
     pub instance: String,
     /// Most source Secrets watched at once (see [`source_watches::SourceWatches`]).
     pub max_source_watches: usize,
-    /// The credential-provider exec plugins (none by default).
-    pub credentials: ProviderSettings,
 }
 
 impl Default for ControllerOptions {
@@ -107,7 +105,6 @@ impl Default for ControllerOptions {
             concurrency: 4,
             instance: "cheiron".to_owned(),
             max_source_watches: source_watches::DEFAULT_MAX_SOURCE_WATCHES,
-            credentials: ProviderSettings::default(),
         }
     }
 }
@@ -165,7 +162,6 @@ impl Controller {
             concurrency,
             instance,
             max_source_watches,
-            credentials,
         } = options;
         ensure_crds(&client).await?;
         let config = ControllerConfig::default().concurrency(concurrency);
@@ -198,17 +194,8 @@ impl Controller {
         };
         let recorder =
             EventPublisher::new(client.clone(), reporter.clone(), events::MAX_CACHED_EVENTS);
-        let credentials =
-            CredentialProviders::new(credentials, Some(client.clone()), Some(metrics.clone()));
-        {
-            let triggers = triggers.clone();
-            credentials.on_change(Arc::new(move |id| {
-                triggers.send(kinds::ManagerRef::from(id))
-            }));
-        }
         let home = Cluster::new(client, caches, recorder, metrics);
-        let ctx = Context::new(home, managers, triggers, resync, max_source_watches)
-            .with_credentials(credentials);
+        let ctx = Context::new(home, managers, triggers, resync, max_source_watches);
         Ok(Self {
             namespaced,
             cluster,
@@ -222,6 +209,17 @@ impl Controller {
     /// The controller writing a cluster manager's Secrets into `others` too.
     pub fn with_other_clusters(mut self, others: Arc<dyn OtherClusters>) -> Self {
         self.ctx = self.ctx.with_other_clusters(others);
+        self
+    }
+
+    /// The controller resolving credential-provider entries through `providers` (none by
+    /// default): a credential that changes asks for the reconcile of the managers using it.
+    pub fn with_credentials(mut self, providers: CredentialProviders) -> Self {
+        let triggers = self.ctx.triggers.clone();
+        providers.on_change(Arc::new(move |id| {
+            triggers.send(kinds::ManagerRef::from(id))
+        }));
+        self.ctx = self.ctx.with_credentials(providers);
         self
     }
 
