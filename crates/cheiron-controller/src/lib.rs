@@ -9,7 +9,7 @@
 //!   Controller::run ─► triggers::route (watches → caches + reconcile requests)
 //!     └──► Controller<ImagePullSecretManager> ─┐
 //!          Controller<ClusterImagePullSecretManager> ─┴► reconcile::reconcile(manager, Context)
-//!                 desired (pure) → plan (pure) → writes into a Cluster → serviceaccount (pure)
+//!                 desired (pure) → plan (pure) → writes into a Cluster → pull_entries (pure)
 //!                 → status (pure); other clusters and node agents through the seams
 //! ```
 //!
@@ -36,11 +36,11 @@ mod nodes;
 mod other_clusters;
 mod plan;
 mod provided;
+mod pull_entries;
 mod reconcile;
 mod scopes;
 mod secrets;
 mod service_accounts;
-mod serviceaccount;
 pub mod source_watches;
 mod status;
 mod sync;
@@ -54,9 +54,9 @@ pub use kinds::{ManagerObject, ManagerRef};
 pub use namespaces::NamespaceCache;
 pub use nodes::Nodes;
 pub use other_clusters::{CleanedUp, OtherClusters, Synced};
+pub use pull_entries::{SERVICE_ACCOUNT_EVENTS_PER_RECONCILE, ServiceAccountReport};
 pub use secrets::SecretCache;
 pub use service_accounts::ServiceAccountCache;
-pub use serviceaccount::{SERVICE_ACCOUNT_EVENTS_PER_RECONCILE, ServiceAccountReport};
 pub use sync::{ClusterSync, sync_in};
 pub use triggers::{CompiledManagers, Routing, Triggers, route};
 

@@ -11,7 +11,7 @@ use super::{
     cluster::Cluster,
     error::{Issue, IssueKind},
     plan,
-    serviceaccount::ServiceAccountReport,
+    pull_entries::ServiceAccountReport,
     write::{backfill, check_copies, prune, remove, write_secrets},
 };
 use crate::{api::Mode, content::desired::DesiredSecret, policy::Manager};

@@ -25,9 +25,9 @@ use super::{
     kinds::ManagerRef,
     namespaces::NamespaceCache,
     plan::{SecretMeta, labelled_owner},
+    pull_entries,
     secrets::SecretCache,
     service_accounts::{ServiceAccountCache, ServiceAccountRecord},
-    serviceaccount,
 };
 use crate::{
     api::{ClusterImagePullSecretManager, ImagePullSecretManager, Mode, annotation, label},
@@ -217,7 +217,7 @@ impl CompiledManagers {
 fn concerns(sa: &ServiceAccountRecord, namespace: &NamespaceMeta, manager: &Manager) -> bool {
     if manager.mode == Mode::ServiceAccount
         && manager.scope.contains(namespace)
-        && serviceaccount::backfill(sa, namespace, manager).is_some()
+        && pull_entries::backfill(sa, namespace, manager).is_some()
     {
         return true;
     }
@@ -227,18 +227,18 @@ fn concerns(sa: &ServiceAccountRecord, namespace: &NamespaceMeta, manager: &Mana
         .secret_names()
         .iter()
         .any(|n| sa.added_by_cheiron(n))
-        || serviceaccount::wants_every_service_account_in(manager, namespace)
+        || pull_entries::wants_every_service_account_in(manager, namespace)
     {
         return false;
     }
-    let wanted = serviceaccount::wanted(sa, namespace, [manager]);
+    let wanted = pull_entries::wanted(sa, namespace, [manager]);
     let stale: Vec<String> = manager
         .secret_names()
         .iter()
         .filter(|n| !wanted.contains(n))
         .cloned()
         .collect();
-    !stale.is_empty() && serviceaccount::removal(sa, &stale).is_some()
+    !stale.is_empty() && pull_entries::removal(sa, &stale).is_some()
 }
 
 /// Where watch events are routed: the trigger senders, and the caches that say which

@@ -20,8 +20,8 @@ use super::{
     cluster::Cluster,
     error::{ControllerError, Issue, IssueKind},
     plan::{self, Check, FIELD_MANAGER, Stale, is_managed},
+    pull_entries::{self, ServiceAccountReport},
     service_accounts::ServiceAccountRecord,
-    serviceaccount::{self, ServiceAccountReport},
 };
 use crate::{
     content::{Fetched, SourceKey, desired::DesiredSecret},
@@ -355,11 +355,11 @@ pub(super) async fn backfill(
         .iter()
         .enumerate()
         // Where every ServiceAccount already references every name, none lacks anything
-        // (what `serviceaccount::backfill` checks first), and no record is read.
+        // (what `pull_entries::backfill` checks first), and no record is read.
         .filter(|(_, namespace)| !ctx.service_accounts.all_reference(&namespace.name, names))
         .flat_map(|(i, namespace)| {
             ctx.service_accounts_in(&namespace.name, |sa| {
-                serviceaccount::backfill(sa, namespace, manager).is_some()
+                pull_entries::backfill(sa, namespace, manager).is_some()
             })
             .into_iter()
             .map(move |sa| (i, sa))
@@ -369,7 +369,7 @@ pub(super) async fn backfill(
         .map(|(i, sa)| async move {
             let namespace = &targets[i];
             let compute =
-                |sa: &ServiceAccountRecord| serviceaccount::backfill(sa, namespace, manager);
+                |sa: &ServiceAccountRecord| pull_entries::backfill(sa, namespace, manager);
             let change = Change::Added(&manager.id);
             patch_and_report(ctx, &namespace.name, &sa, change, compute, report).await
         })
@@ -403,7 +403,7 @@ async fn remove_entries(
     let all_kept = names.iter().all(|n| {
         others.iter().any(|m| {
             m.secret_names().contains(n)
-                && serviceaccount::wants_every_service_account_in(m, namespace)
+                && pull_entries::wants_every_service_account_in(m, namespace)
         })
     });
     if all_kept {
@@ -415,13 +415,13 @@ async fn remove_entries(
         if !names.iter().any(|n| sa.added_by_cheiron(n)) {
             return None;
         }
-        let still_wanted = serviceaccount::wanted(sa, namespace, others.iter().copied());
+        let still_wanted = pull_entries::wanted(sa, namespace, others.iter().copied());
         let remove: Vec<String> = names
             .iter()
             .filter(|n| !still_wanted.contains(n))
             .cloned()
             .collect();
-        serviceaccount::removal(sa, &remove)
+        pull_entries::removal(sa, &remove)
     };
     let work = ctx.service_accounts_in(&namespace.name, |sa| compute(sa).is_some());
     stream::iter(work)

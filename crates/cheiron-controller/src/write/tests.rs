@@ -258,7 +258,7 @@ async fn remove_pull(
         if let Ok(mut s) = seen.lock() {
             s.push(sa.resource_version().to_owned());
         }
-        serviceaccount::removal(sa, &["pull".to_owned()])
+        pull_entries::removal(sa, &["pull".to_owned()])
     };
     let first = first.and_then(ServiceAccountRecord::of);
     let result = patch_service_account(ctx, "team", "default", first.as_ref(), true, compute).await;

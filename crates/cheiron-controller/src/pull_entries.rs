@@ -1,5 +1,6 @@
-//! ServiceAccount patches for the controller: backfilling what the webhook would have added,
-//! and removing exactly what cheiron added. Every patch starts with a `test` of
+//! The `imagePullSecrets` entries cheiron adds to and removes from ServiceAccounts (the cache
+//! they are read from is `service_accounts.rs`): backfilling what the webhook would have
+//! added, and removing exactly what cheiron added. Every patch starts with a `test` of
 //! `metadata.resourceVersion`, so a concurrent writer makes it fail instead of being clobbered.
 //! Computed from the cache's [`ServiceAccountRecord`]s; the common answer ("nothing to do") is
 //! found without building anything.
