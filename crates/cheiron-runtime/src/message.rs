@@ -16,11 +16,14 @@ pub fn truncate(message: &mut String, max: usize) {
 }
 
 /// A Kubernetes API error as one line: the apiserver's message and code, without kube's
-/// debug dump of the whole `Status` (and without any object content).
+/// debug dump of the whole `Status` (and without any object content). Any other error (a
+/// connection, a body that does not decode) is shown with the values it quotes hidden
+/// ([`without_values`]): a Secret that fails to decode must not have its data repeated in a
+/// status, an Event or a log.
 pub fn api_error(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => format!("{} ({})", s.message.trim(), s.code),
-        other => other.to_string(),
+        other => without_values(&other.to_string()),
     }
 }
 
@@ -55,7 +58,18 @@ pub fn without_values(message: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{truncate, without_values};
+    use super::{api_error, truncate, without_values};
+
+    #[test]
+    fn an_error_that_is_not_the_apis_never_repeats_the_values_it_quotes() {
+        // What kube returns when an answer does not decode: serde's message quotes the value.
+        let decoding = serde_json::from_str::<u32>(r#""s3cr3t-password""#)
+            .err()
+            .map(kube::Error::SerdeError);
+        let line = decoding.as_ref().map(api_error).unwrap_or_default();
+        assert!(line.contains("invalid type: string"), "{line}");
+        assert!(!line.contains("s3cr3t"), "{line}");
+    }
 
     #[test]
     fn quoted_values_are_hidden_and_the_shape_stays() {
