@@ -17,7 +17,6 @@ use crate::{
     node,
     runtime::{
         LeaderElection,
-        events::{self, EventPublisher},
         pace::{self, MAX_API_REQUESTS_IN_FLIGHT, Pace},
     },
     source::ClusterSource,
@@ -463,20 +462,19 @@ async fn lead(
         node_namespace,
         reporter.clone(),
     ));
-    let (namespaces, service_accounts) = controller.caches();
+    let caches = controller.caches();
     let counted = Counted {
         managers: controller.managers(),
-        namespaces,
-        service_accounts,
+        namespaces: caches.namespaces,
+        service_accounts: caches.service_accounts,
     };
     tasks.spawn(after(
         controller.synced(),
         gauge::keep(counted, metrics, gauge::FIRST_COUNT_AFTER, resync),
     ));
-    let recorder = EventPublisher::new(client.clone(), reporter, events::MAX_CACHED_EVENTS);
     tasks.spawn(after(
         controller.synced(),
-        missing_secrets::watch(client, recorder, missing_secret_grace),
+        missing_secrets::watch(client, controller.recorder(), missing_secret_grace),
     ));
     controller.run(ready, shutdown).await
 }

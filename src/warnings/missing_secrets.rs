@@ -13,6 +13,7 @@
 
 use std::{
     collections::{HashMap, HashSet},
+    sync::Arc,
     time::Duration,
 };
 
@@ -274,7 +275,7 @@ fn unix_now() -> i64 {
 
 /// Watches the labelled Pods and publishes the Events through `recorder`, until aborted with
 /// the controller.
-pub async fn watch(client: Client, recorder: EventPublisher, grace: Duration) {
+pub async fn watch(client: Client, recorder: Arc<EventPublisher>, grace: Duration) {
     let pods = watcher(
         Api::<PartialObjectMeta<Pod>>::all(client.clone()),
         watcher::Config::default().labels(&label::missing_secrets_selector()),

@@ -30,18 +30,27 @@ pub struct Cluster {
     pub(super) namespaces: NamespaceCache,
     pub(super) secrets: SecretCache,
     pub(super) service_accounts: ServiceAccountCache,
-    pub(super) recorder: EventPublisher,
+    pub(super) recorder: Arc<EventPublisher>,
     /// The counters the writes bump (shared by every cluster).
     pub(super) metrics: Arc<Metrics>,
     pub(super) scopes: Scopes,
     clashes: Mutex<HashSet<(String, String)>>,
 }
 
-/// The caches of one cluster, filled by the watches of [`super::triggers::route`].
+/// The caches of one cluster, filled by the watches of [`super::triggers::route`]; cheap to
+/// clone (shared).
+#[derive(Clone)]
 pub struct ClusterCaches {
     pub namespaces: NamespaceCache,
     pub secrets: SecretCache,
     pub service_accounts: ServiceAccountCache,
+}
+
+impl ClusterCaches {
+    /// True once their watches have listed everything.
+    pub fn synced(&self) -> bool {
+        self.namespaces.is_ready() && self.secrets.is_ready() && self.service_accounts.is_ready()
+    }
 }
 
 impl Cluster {
@@ -62,7 +71,7 @@ impl Cluster {
             namespaces,
             secrets,
             service_accounts,
-            recorder,
+            recorder: Arc::new(recorder),
             metrics,
             scopes: Scopes::default(),
             clashes: Mutex::default(),
@@ -74,9 +83,18 @@ impl Cluster {
         &self.client
     }
 
+    /// Its caches (shared, not copied).
+    pub fn caches(&self) -> ClusterCaches {
+        ClusterCaches {
+            namespaces: self.namespaces.clone(),
+            secrets: self.secrets.clone(),
+            service_accounts: self.service_accounts.clone(),
+        }
+    }
+
     /// True once its watches have listed everything.
     pub fn synced(&self) -> bool {
-        self.namespaces.is_ready() && self.secrets.is_ready() && self.service_accounts.is_ready()
+        self.caches().synced()
     }
 
     /// Namespaces that are not being deleted, by name.

@@ -244,12 +244,15 @@ impl Controller {
         self.reporter.clone()
     }
 
-    /// The controller's own cluster's Namespaces and ServiceAccounts, as its caches hold them.
-    pub fn caches(&self) -> (NamespaceCache, ServiceAccountCache) {
-        (
-            self.ctx.home.namespaces.clone(),
-            self.ctx.home.service_accounts.clone(),
-        )
+    /// The caches of the controller's own cluster.
+    pub fn caches(&self) -> ClusterCaches {
+        self.ctx.home.caches()
+    }
+
+    /// The recorder of the controller's Events, for the capabilities around it that publish
+    /// some too (one bounded cache for all of them).
+    pub fn recorder(&self) -> Arc<EventPublisher> {
+        self.ctx.home.recorder.clone()
     }
 
     /// Resolves once the controller's caches of its own cluster have listed everything.
@@ -304,13 +307,9 @@ impl Controller {
     }
 
     fn synced_of(ctx: &Context) -> impl Future<Output = ()> + Send + 'static {
-        let (namespaces, secrets, service_accounts) = (
-            ctx.home.namespaces.clone(),
-            ctx.home.secrets.clone(),
-            ctx.home.service_accounts.clone(),
-        );
+        let caches = ctx.home.caches();
         async move {
-            while !service_accounts.is_ready() || !namespaces.is_ready() || !secrets.is_ready() {
+            while !caches.synced() {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
