@@ -86,11 +86,14 @@ async fn only_the_lease_holder_reconciles_and_the_standby_takes_over_when_it_sto
     ))
     .await?;
     s.until_secret(&first, "docker-hub", |_| Ok(())).await?;
-    let leader_runs = leader.metric("cheiron_reconcile_runs_total").await?;
-    assert!(
-        leader_runs > 0.0,
-        "the leader reconciles ({leader_runs} runs)"
-    );
+    // The counter moves once the reconcile returns, a moment after its copy is visible.
+    s.eventually("the leader to count its reconcile", || async {
+        match leader.metric("cheiron_reconcile_runs_total").await? {
+            runs if runs > 0.0 => Ok(()),
+            runs => Err(format!("the leader reconciles ({runs} runs)").into()),
+        }
+    })
+    .await?;
 
     let sampled = Instant::now();
     while sampled.elapsed() < STANDBY_SAMPLE {

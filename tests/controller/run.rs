@@ -79,8 +79,23 @@ spec:
     s.until_secret(&ns, "docker-hub", |_| Ok(()))
         .await
         .map_err(|e| format!("{e}\n{}", run.log_excerpt(30)))?;
-    assert!(run.metric("cheiron_reconcile_runs_total").await? > 0.0);
-    assert!(run.metric("cheiron_secrets_written_total").await? > 0.0);
+    // The counters move once the whole batch of writes has returned, a moment after the copy
+    // is visible to a watch: wait for them rather than read them once.
+    for counter in [
+        "cheiron_reconcile_runs_total",
+        "cheiron_secrets_written_total",
+    ] {
+        s.eventually(
+            format!("{counter} to count this process's work"),
+            || async {
+                match run.metric(counter).await? {
+                    value if value > 0.0 => Ok(()),
+                    value => Err(format!("{counter} is {value}").into()),
+                }
+            },
+        )
+        .await?;
+    }
     let leases: Api<Lease> = Api::namespaced(s.client().clone(), &lease_ns);
     let holder = leases
         .get(&lease)
