@@ -10,13 +10,14 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::Event;
 
 use super::{
-    ManagerStores, backoff::Backoff, cluster::Cluster, kinds::ManagerRef, nodes::Nodes,
+    ManagerStores, cluster::Cluster, kinds::ManagerRef, nodes::Nodes,
     other_clusters::OtherClusters, source_watches::SourceWatches, triggers::Triggers,
 };
 use crate::{
     credential::CredentialProviders,
     metrics::Metrics,
     policy::{Manager, ManagerId},
+    runtime::Backoff,
 };
 
 /// What the reconciles of every manager share.

@@ -10,7 +10,8 @@
 //!     └──► Controller<ImagePullSecretManager> ─┐
 //!          Controller<ClusterImagePullSecretManager> ─┴► reconcile::reconcile(manager, Context)
 //!                 desired (pure) → plan (pure) → writes into a Cluster → pull_entries (pure)
-//!                 → status (pure); other clusters and node agents through the seams
+//!                 → the status its findings make (core, pure); other clusters and node
+//!                 agents through the seams
 //! ```
 //!
 //! One reconcile writes into a [`Cluster`] (the controller's own, or a workload cluster the
@@ -21,11 +22,10 @@
 //! `mod` → `reconcile` → `write` → `cluster`/`context` → `triggers`/`source_watches`.
 
 // The rooms this crate builds on, under the names the code uses.
-use cheiron_core::{admission, content, policy, registry};
+use cheiron_core::{admission, content, findings, policy};
 use cheiron_credential as credential;
 use cheiron_runtime::{admin, api, message, metrics, runtime};
 
-mod backoff;
 mod cluster;
 mod context;
 mod error;
@@ -35,21 +35,19 @@ mod namespaces;
 mod nodes;
 mod other_clusters;
 mod plan;
-mod provided;
 mod pull_entries;
 mod reconcile;
 mod scopes;
 mod secrets;
 mod service_accounts;
 pub mod source_watches;
-mod status;
 mod sync;
 mod triggers;
 mod write;
 
-pub use backoff::{Backoff, retry_delay};
 pub use cluster::{Cluster, ClusterCaches};
-pub use error::{ControllerError, Issue, IssueKind};
+pub use error::ControllerError;
+pub use findings::{Issue, IssueKind};
 pub use kinds::{ManagerObject, ManagerRef};
 pub use namespaces::NamespaceCache;
 pub use nodes::Nodes;

@@ -12,7 +12,11 @@ use std::{
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{ResourceExt, core::PartialObjectMeta, runtime::watcher};
 
-use crate::{api::GROUP, policy::NamespaceMeta};
+use crate::{
+    api::GROUP,
+    policy::NamespaceMeta,
+    runtime::{Relist, Step},
+};
 
 /// The live namespaces, sorted by name, and which build of that list this is (a new build
 /// after every change): what was worked out from one build holds as long as it is current.
@@ -45,13 +49,11 @@ struct Entry {
 #[derive(Debug, Default)]
 struct Inner {
     current: HashMap<String, Entry>,
-    /// The namespaces of a (re)list in progress, swapped in at its end.
-    relisting: Option<HashMap<String, Entry>>,
+    relist: Relist<HashMap<String, Entry>>,
     /// The live list as last built; `None` after a change.
     live: Option<LiveNamespaces>,
     /// Lists built so far.
     builds: u64,
-    ready: bool,
 }
 
 /// What the controller keeps of a Namespace: the policy's view, with only cheiron's
@@ -83,31 +85,26 @@ impl NamespaceCache {
         let Ok(mut inner) = self.inner.write() else {
             return;
         };
-        match event {
-            watcher::Event::Init => inner.relisting = Some(HashMap::new()),
-            watcher::Event::InitApply(ns) => {
-                let (name, entry) = entry(ns);
-                inner
-                    .relisting
-                    .get_or_insert_with(HashMap::new)
-                    .insert(name, entry);
+        let Inner {
+            current,
+            relist,
+            live,
+            ..
+        } = &mut *inner;
+        match relist.follow(event) {
+            Step::Began { .. } => return,
+            Step::Listed(ns, set) => {
+                set.extend([entry(ns)]);
+                return;
             }
-            watcher::Event::InitDone => {
-                inner.current = inner.relisting.take().unwrap_or_default();
-                inner.current.shrink_to_fit();
-                inner.live = None;
-                inner.ready = true;
+            Step::Complete(mut set) => {
+                set.shrink_to_fit();
+                *current = set;
             }
-            watcher::Event::Apply(ns) => {
-                let (name, entry) = entry(ns);
-                inner.current.insert(name, entry);
-                inner.live = None;
-            }
-            watcher::Event::Delete(ns) => {
-                inner.current.remove(&ns.name_any());
-                inner.live = None;
-            }
+            Step::Applied(ns) => current.extend([entry(ns)]),
+            Step::Deleted(ns) => _ = current.remove(&ns.name_any()),
         }
+        *live = None;
     }
 
     /// The namespace, if known (also while it is being deleted).
@@ -151,7 +148,7 @@ impl NamespaceCache {
 
     /// True once the first list has been applied.
     pub fn is_ready(&self) -> bool {
-        self.inner.read().is_ok_and(|i| i.ready)
+        self.inner.read().is_ok_and(|i| i.relist.is_listed())
     }
 }
 

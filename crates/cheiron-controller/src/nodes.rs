@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-use super::error::Issue;
+use crate::findings::Issue;
 use crate::{
     api::ClusterImagePullSecretManager,
     content::{Fetched, SourceKey},

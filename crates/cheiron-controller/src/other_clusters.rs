@@ -9,7 +9,8 @@ use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::runtime::events::Event;
 
-use super::{error::Issue, pull_entries::ServiceAccountReport};
+use super::pull_entries::ServiceAccountReport;
+use crate::findings::Issue;
 use crate::{
     api::{ClusterImagePullSecretManager, ClusterStatus},
     content::desired::DesiredSecret,

@@ -21,16 +21,13 @@ use kube::{
 use serde_json::json;
 
 use super::{
-    backoff::retry_delay,
     context::Context,
     error::ControllerError,
     kinds::ManagerObject,
     plan::FIELD_MANAGER,
     plan::{self, SecretMetadata, Stale, belongs_to},
-    provided,
     pull_entries::ServiceAccountReport,
     secrets::SecretRecord,
-    status::{self, Findings},
     sync::{sync_in, synced_namespaces},
     write::{delete_secret, fetch_sources, remove},
 };
@@ -40,7 +37,10 @@ use crate::{
         desired::{self, SourceKey, source_key},
         registries::pull_secret_registries,
     },
+    credential,
+    findings::{self as status, Findings},
     policy::{Manager, ManagerId},
+    runtime::retry_delay,
 };
 
 /// Requeue while a name is held by a Secret cheiron does not manage: its deletion is not
@@ -120,7 +120,8 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
     keys.dedup();
     ctx.sources.set(&id, keys.iter().cloned());
     let fetched = fetch_sources(&ctx.home, &keys).await?;
-    let (provided, credentials) = provided::resolve(&ctx.credentials, &id, manager.entries());
+    let (provided, credentials) =
+        credential::entries::resolve(&ctx.credentials, &id, manager.entries());
     let desired = desired::desired_with(
         manager.entries(),
         manager.merge_into(),
@@ -203,8 +204,8 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
     // A workload cluster out of step is retried on its own backoff.
     let requeue = cluster_retry.map_or(requeue, |retry| requeue.min(retry));
     // The plugin's answer triggers a reconcile; this is the fallback.
-    let requeue = if provided::pending(&findings.problems) {
-        requeue.min(provided::PENDING_RECHECK)
+    let requeue = if credential::entries::pending(&findings.problems) {
+        requeue.min(credential::entries::PENDING_RECHECK)
     } else {
         requeue
     };

@@ -34,6 +34,7 @@ use super::{
 use crate::{
     api::{annotation, label},
     policy::{ManagerId, ManagerKind},
+    runtime::{Relist, Step},
 };
 
 /// An owner reference, its strings shared.
@@ -396,14 +397,12 @@ impl Indexed {
 #[derive(Debug, Default)]
 struct Inner {
     current: Indexed,
-    /// The Secrets of a (re)list in progress, swapped in at its end.
-    relisting: Option<Indexed>,
+    relist: Relist<Indexed>,
     /// Checked stamps of Secrets cheiron wrote before the watch brought them (a create's
     /// answer comes before its watch event), taken by their first record. One entry per
     /// create in flight; what a relist leaves unclaimed is dropped (costing one read later).
     pending: HashMap<Key, NonZeroU64>,
     strings: Strings,
-    ready: bool,
 }
 
 /// cheiron's Secrets; cheap to clone (shared).
@@ -421,34 +420,30 @@ impl SecretCache {
         let mut inner = self.inner.write().ok()?;
         let Inner {
             current,
-            relisting,
+            relist,
             pending,
             strings,
-            ready,
         } = &mut *inner;
-        match event {
-            watcher::Event::Init => *relisting = Some(Indexed::default()),
-            watcher::Event::InitApply(s) => {
+        match relist.follow(event) {
+            Step::Began { .. } => {}
+            Step::Listed(s, set) => {
                 if is_managed(s)
                     && let Some(mut record) = SecretRecord::new(s, strings)
                 {
                     let key = record.key();
                     record.checked = pending.remove(&key).or_else(|| current.checked(&key));
-                    relisting
-                        .get_or_insert_with(Indexed::default)
-                        .insert(Arc::new(record));
+                    set.insert(Arc::new(record));
                 }
             }
-            watcher::Event::InitDone => {
-                *current = relisting.take().unwrap_or_default();
+            Step::Complete(set) => {
+                *current = set;
                 current.by_name.shrink_to_fit();
                 current.by_owner.shrink_to_fit();
                 pending.clear();
                 pending.shrink_to_fit();
                 strings.sweep();
-                *ready = true;
             }
-            watcher::Event::Apply(s) | watcher::Event::Delete(s) => {
+            Step::Applied(s) | Step::Deleted(s) => {
                 let mut record = SecretRecord::new(s, strings)?;
                 let key = record.key();
                 let checked = pending.remove(&key).or_else(|| current.checked(&key));
@@ -476,14 +471,13 @@ impl SecretCache {
         let checked = stamp(resource_version);
         let Inner {
             current,
-            relisting,
+            relist,
             pending,
             strings,
-            ..
         } = &mut *inner;
         let held = current.set_checked(namespace, name, checked);
-        let relisted = relisting
-            .as_mut()
+        let relisted = relist
+            .gathering_mut()
             .is_some_and(|r| r.set_checked(namespace, name, checked));
         if !held && !relisted {
             pending.insert((strings.share(namespace), strings.share(name)), checked);
@@ -536,7 +530,7 @@ impl SecretCache {
 
     /// True once the first list has been applied.
     pub fn is_ready(&self) -> bool {
-        self.inner.read().is_ok_and(|i| i.ready)
+        self.inner.read().is_ok_and(|i| i.relist.is_listed())
     }
 }
 

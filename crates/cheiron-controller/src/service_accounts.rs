@@ -21,6 +21,7 @@ use crate::{
     admission::Interpreted,
     api::annotation,
     policy::{SubjectKind, opts_out},
+    runtime::{Relist, Step},
 };
 
 /// The annotation keys a record keeps: the only ServiceAccount annotations cheiron reads or
@@ -255,10 +256,8 @@ type ByNamespace = HashMap<Arc<str>, InNamespace>;
 struct Inner {
     /// Each namespace's records, sorted by name.
     current: ByNamespace,
-    /// The records of a (re)list in progress, swapped in at its end.
-    relisting: Option<ByNamespace>,
+    relist: Relist<ByNamespace>,
     strings: Strings,
-    ready: bool,
 }
 
 fn insert(map: &mut ByNamespace, record: Arc<ServiceAccountRecord>) {
@@ -283,28 +282,25 @@ impl ServiceAccountCache {
         let mut inner = self.inner.write().ok()?;
         let Inner {
             current,
-            relisting,
+            relist,
             strings,
-            ready,
         } = &mut *inner;
-        match event {
-            watcher::Event::Init => *relisting = Some(ByNamespace::new()),
-            watcher::Event::InitApply(sa) => {
-                let record = Arc::new(ServiceAccountRecord::new(sa, strings)?);
-                insert(relisting.get_or_insert_with(ByNamespace::new), record);
+        match relist.follow(event) {
+            Step::Began { .. } => {}
+            Step::Listed(sa, set) => {
+                insert(set, Arc::new(ServiceAccountRecord::new(sa, strings)?));
             }
-            watcher::Event::InitDone => {
-                *current = relisting.take().unwrap_or_default();
+            Step::Complete(set) => {
+                *current = set;
                 current.shrink_to_fit();
                 strings.sweep();
-                *ready = true;
             }
-            watcher::Event::Apply(sa) => {
+            Step::Applied(sa) => {
                 let record = Arc::new(ServiceAccountRecord::new(sa, strings)?);
                 insert(current, record.clone());
                 return Some(record);
             }
-            watcher::Event::Delete(sa) => {
+            Step::Deleted(sa) => {
                 let (ns, name) = (sa.namespace().unwrap_or_default(), sa.name_any());
                 if let Some(list) = current.get_mut(ns.as_str()) {
                     list.remove(&name);
@@ -352,7 +348,7 @@ impl ServiceAccountCache {
 
     /// True once the first list has been applied.
     pub fn is_ready(&self) -> bool {
-        self.inner.read().is_ok_and(|i| i.ready)
+        self.inner.read().is_ok_and(|i| i.relist.is_listed())
     }
 
     /// ServiceAccounts held.

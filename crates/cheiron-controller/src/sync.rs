@@ -9,12 +9,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use super::{
     cluster::Cluster,
-    error::{Issue, IssueKind},
     plan,
     pull_entries::ServiceAccountReport,
     write::{backfill, check_copies, prune, remove, write_secrets},
 };
-use crate::{api::Mode, content::desired::DesiredSecret, policy::Manager};
+use crate::{
+    api::Mode,
+    content::desired::DesiredSecret,
+    findings::{Issue, IssueKind},
+    policy::Manager,
+};
 
 /// What one cluster's sync did: its plan (what was written is gone from it) and what could
 /// not be done.

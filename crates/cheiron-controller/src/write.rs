@@ -18,13 +18,14 @@ use kube::{
 
 use super::{
     cluster::Cluster,
-    error::{ControllerError, Issue, IssueKind},
+    error::ControllerError,
     plan::{self, Check, FIELD_MANAGER, Stale, is_managed},
     pull_entries::{self, ServiceAccountReport},
     service_accounts::ServiceAccountRecord,
 };
 use crate::{
     content::{Fetched, SourceKey, desired::DesiredSecret},
+    findings::{Issue, IssueKind},
     message::api_error,
     policy::{Manager, ManagerId, NamespaceMeta},
 };

@@ -1,9 +1,10 @@
-//! A manager's status, computed from what a reconcile found. Written only when it differs
-//! from the stored one (ignoring the transition time), so a resync writes nothing.
+//! What one reconcile found ([`Findings`], with what it could not do in each namespace:
+//! [`Issue`]) and the manager status it makes ([`status`]): a judgement from plain values,
+//! which the controller writes only when it differs from the stored status (ignoring the
+//! transition time), so a resync writes nothing.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use super::error::Issue;
 use crate::api::{
     ClusterStatus, CredentialStatus, ManagerStatus, NamespaceFailure, PullSecretRegistries, reason,
 };
@@ -18,6 +19,64 @@ pub const MAX_FAILURES: usize = 20;
 pub const MAX_CLUSTERS: usize = 1000;
 /// Longest condition message.
 const MAX_MESSAGE: usize = 1024;
+
+/// What kind of thing kept a namespace from being in step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IssueKind {
+    /// A Secret cheiron does not manage holds the name; it is left untouched (a conflict).
+    Unmanaged,
+    /// An older manager claims the name (a conflict).
+    ClaimedByOlder,
+    /// Creating, replacing or reading a Secret failed.
+    SecretWrite,
+    /// Deleting a Secret no longer wanted failed.
+    SecretDelete,
+    /// Patching a ServiceAccount's pull secrets failed.
+    ServiceAccount,
+}
+
+impl IssueKind {
+    /// Whether this is a name clash (status reason `Conflict`) rather than a failed write
+    /// (`SyncFailed`, retried soon).
+    pub fn is_conflict(self) -> bool {
+        matches!(self, IssueKind::Unmanaged | IssueKind::ClaimedByOlder)
+    }
+
+    /// A short fixed name for metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IssueKind::Unmanaged => "unmanaged_secret",
+            IssueKind::ClaimedByOlder => "claimed_by_older_manager",
+            IssueKind::SecretWrite => "secret_write",
+            IssueKind::SecretDelete => "secret_delete",
+            IssueKind::ServiceAccount => "service_account_patch",
+        }
+    }
+}
+
+/// What one reconcile could not do in one namespace. The message says what and why in words
+/// and never quotes a credential.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{namespace}: {message}")]
+pub struct Issue {
+    /// The namespace concerned.
+    pub namespace: String,
+    /// What kind of trouble.
+    pub kind: IssueKind,
+    /// One line for the status and the log.
+    pub message: String,
+}
+
+impl Issue {
+    /// An issue of `kind` in `namespace`.
+    pub fn new(kind: IssueKind, namespace: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            kind,
+            message: message.into(),
+        }
+    }
+}
 
 /// What one reconcile found.
 #[derive(Clone, Debug, Default)]
@@ -268,7 +327,6 @@ pub fn ready_reason(status: Option<&ManagerStatus>) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::IssueKind;
 
     fn time(s: &str) -> Result<Time, serde_json::Error> {
         serde_json::from_value(serde_json::Value::from(s))
@@ -514,5 +572,28 @@ mod tests {
             s.conditions[0].message
         );
         Ok(())
+    }
+
+    #[test]
+    fn only_name_clashes_count_as_conflicts() {
+        assert!(IssueKind::Unmanaged.is_conflict());
+        assert!(IssueKind::ClaimedByOlder.is_conflict());
+        for kind in [
+            IssueKind::SecretWrite,
+            IssueKind::SecretDelete,
+            IssueKind::ServiceAccount,
+        ] {
+            assert!(!kind.is_conflict(), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn an_issue_reads_as_namespace_then_message() {
+        let issue = Issue::new(
+            IssueKind::SecretWrite,
+            "team-a",
+            "writing Secret x: denied (403)",
+        );
+        assert_eq!(issue.to_string(), "team-a: writing Secret x: denied (403)");
     }
 }

@@ -1,5 +1,6 @@
-//! The provider entries of a manager: asks the credential room (`crate::credential`) for each
-//! entry's shared credential and turns the answer into the docker config the entry writes,
+//! The provider entries of a manager, as the controller's reconcile asks for them
+//! ([`resolve`]): each entry's shared credential ([`CredentialProviders::lookup`]) turned into
+//! the docker config the entry writes,
 //! every returned pattern a registry key as cheiron writes keys
 //! ([`crate::registry::canonical_key`]). What the room refuses or cannot provide becomes a
 //! [`Problem`]; the copies already written are then kept. Never waits for a plugin: a
@@ -11,26 +12,28 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::{
+    Credential, CredentialProviders, Key, Lookup, Wanted,
     api::{CredentialStatus, PullSecretEntry, reason},
     content::{DockerConfig, Problem, Provided},
-    credential::{Credential, CredentialProviders, Key, Lookup, Wanted},
     policy::ManagerId,
     registry::canonical_key,
 };
 
 /// A manager waiting for a plugin's first answer is reconciled again after this, should the
 /// answer's own trigger be lost.
-pub(super) const PENDING_RECHECK: Duration = Duration::from_secs(10);
+pub const PENDING_RECHECK: Duration = Duration::from_secs(10);
 
 /// True when some entry waits for a plugin's first answer.
-pub(super) fn pending(problems: &[Problem]) -> bool {
+pub fn pending(problems: &[Problem]) -> bool {
     problems.iter().any(|p| {
         matches!(p, Problem::CredentialProvider { reason, .. } if *reason == reason::CREDENTIAL_PENDING)
     })
 }
 
-/// Resolves every provider entry of `manager`, and tells the room which keys it now uses.
-pub(super) fn resolve(
+/// Resolves every provider entry of `manager` (the docker config each writes, or why it
+/// cannot) with the status the manager reports of each, and forgets the keys it no longer
+/// uses.
+pub fn resolve(
     providers: &CredentialProviders,
     manager: &ManagerId,
     entries: &[PullSecretEntry],
@@ -115,7 +118,7 @@ pub(super) fn resolve(
 }
 
 /// The `.dockerconfigjson` of a credential: one key per returned pattern.
-pub(super) fn docker_config(credential: &Credential) -> DockerConfig {
+fn docker_config(credential: &Credential) -> DockerConfig {
     let configs: Vec<DockerConfig> = credential
         .auth
         .iter()

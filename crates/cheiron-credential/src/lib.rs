@@ -2,7 +2,9 @@
 //! entries and Secret references are resolved by the controller from the manager and the
 //! Secrets it reads (`content::desired`); this room adds the third source, the kubelet's
 //! credential-provider exec plugins (docs/credential-providers.md), behind one small
-//! interface, [`CredentialProviders::lookup`] and [`CredentialProviders::retain`]:
+//! interface, [`CredentialProviders::lookup`] and [`CredentialProviders::retain`], which the
+//! controller reaches through [`entries::resolve`] (a manager's provider entries, as docker
+//! configs and statuses):
 //!
 //! ```text
 //!   config (--credential-provider-config, kubelet format)   exec (one plugin run, bounded)
@@ -21,11 +23,12 @@
 //! status: errors describe structure, never stdout, and never stderr (logged only).
 
 // The rooms this crate builds on, under the names the code uses.
-use cheiron_core::{policy, registry};
+use cheiron_core::{api, content, policy, registry};
 use cheiron_runtime::{message, metrics, yaml};
 
 pub mod config;
 pub mod duration;
+pub mod entries;
 pub mod exec;
 mod refresh;
 mod token;

@@ -62,12 +62,15 @@ use crate::{
         fleet::{CAPI_GROUP, CLUSTER_NAME_LABEL, KUBECONFIG_KEY, KUBECONFIG_SUFFIX},
     },
     controller::{
-        Backoff, Cluster, ClusterCaches, CompiledManagers, ManagerRef, NamespaceCache, Routing,
-        SecretCache, ServiceAccountCache, Triggers,
+        Cluster, ClusterCaches, CompiledManagers, ManagerRef, NamespaceCache, Routing, SecretCache,
+        ServiceAccountCache, Triggers,
     },
     metrics::Metrics,
     policy::Manager,
-    runtime::events::{self, EventPublisher},
+    runtime::{
+        Backoff,
+        events::{self, EventPublisher},
+    },
 };
 
 /// How long the connection to a workload cluster may take before it counts as unreachable.

@@ -18,9 +18,10 @@ use crate::{
     content::desired::DesiredSecret,
     controller::{
         CleanedUp, Issue, IssueKind, ManagerObject, OtherClusters, ServiceAccountReport, Synced,
-        retry_delay, sync_in,
+        sync_in,
     },
     policy::Manager,
+    runtime::retry_delay,
 };
 
 /// Why a workload cluster is not in step: its kind decides the cluster's health (and so the

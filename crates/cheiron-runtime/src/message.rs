@@ -2,18 +2,7 @@
 //! bounded: a serde or API message may quote its input, and that input is not ours to repeat
 //! at length, nor repeated.
 
-/// Cuts `message` to at most `max` bytes on a character boundary, marking the cut with `…`.
-pub fn truncate(message: &mut String, max: usize) {
-    if message.len() <= max {
-        return;
-    }
-    let mut end = max;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    message.truncate(end);
-    message.push('…');
-}
+pub use cheiron_core::message::truncate;
 
 /// A Kubernetes API error as one line: the apiserver's message and code, without kube's
 /// debug dump of the whole `Status` (and without any object content). Any other error (a
@@ -58,7 +47,7 @@ pub fn without_values(message: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{api_error, truncate, without_values};
+    use super::{api_error, without_values};
 
     #[test]
     fn an_error_that_is_not_the_apis_never_repeats_the_values_it_quotes() {
@@ -85,19 +74,5 @@ mod tests {
         );
         assert_eq!(without_values("unterminated `s3cr"), "unterminated `…");
         assert_eq!(without_values("nothing quoted"), "nothing quoted");
-    }
-
-    #[test]
-    fn short_messages_are_left_alone() {
-        let mut m = "short".to_owned();
-        truncate(&mut m, 10);
-        assert_eq!(m, "short");
-    }
-
-    #[test]
-    fn long_messages_are_cut_on_a_char_boundary_and_marked() {
-        let mut m = "é".repeat(10);
-        truncate(&mut m, 5);
-        assert_eq!(m, "éé…");
     }
 }

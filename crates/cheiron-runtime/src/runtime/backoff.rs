@@ -1,6 +1,7 @@
 //! Failed attempts in a row, per key, and how long to wait before the next one: one rule for
-//! a manager's reconcile (keyed by the manager) and for a manager in one workload cluster
-//! (keyed by manager and cluster), so a struggling apiserver is not hammered by either.
+//! the controller's reconcile of a manager (keyed by the manager) and the fleet's of a manager
+//! in one workload cluster (keyed by manager and cluster), so a struggling apiserver is not
+//! hammered by either.
 
 use std::{collections::HashMap, hash::Hash, sync::Mutex, time::Duration};
 
@@ -38,12 +39,12 @@ impl<K: Hash + Eq> Backoff<K> {
 
 /// The first retry after a failure, doubling up to [`MAX_RETRY_DELAY`].
 const FIRST_RETRY_DELAY: Duration = Duration::from_secs(5);
-/// The longest wait between retries of a manager that keeps failing.
+/// The longest wait between retries of a key that keeps failing.
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(300);
 
-/// How long to wait before retrying a manager named `name` after `failures` failed attempts
-/// in a row: exponential, capped, and spread by up to ±20 % per manager, so that managers
-/// failing together (an apiserver throttling everyone) do not retry together.
+/// How long to wait before retrying what is named `name` (a manager) after `failures` failed
+/// attempts in a row: exponential, capped, and spread by up to ±20 % per name, so that
+/// managers failing together (an apiserver throttling everyone) do not retry together.
 pub fn retry_delay(name: &str, failures: u32) -> Duration {
     use std::hash::{Hash, Hasher};
     let base = FIRST_RETRY_DELAY

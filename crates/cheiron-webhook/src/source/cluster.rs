@@ -36,6 +36,7 @@ use crate::{
         ApiCheckError, ClusterImagePullSecretManager, ImagePullSecretManager, ensure_crds, label,
     },
     policy::{InvalidManager, Manager, ManagerId, ManagerIndex, ManagerKind, NamespaceMeta, View},
+    runtime::{Relist, Step},
 };
 
 /// A [`Source`] over the webhook's watches. Not ready until every watch has its first list.
@@ -56,11 +57,12 @@ struct Inventory {
     secrets: Option<SecretSet>,
 }
 
-/// The managers, and which kinds have had their first list.
+/// The managers, and the lists of each kind's watch: a relist drops, at its end, the managers
+/// of its kind it did not list.
 #[derive(Debug, Default)]
 struct Managers {
     index: ManagerIndex,
-    listed: [bool; 2],
+    relists: [Relist<HashSet<ManagerId>>; 2],
 }
 
 /// What the watches of a [`ClusterSource`] keep; cheap to clone (shared).
@@ -130,28 +132,21 @@ fn id_of<K: WatchedManager>(m: &K) -> ManagerId {
 }
 
 impl Managers {
-    /// Applies one watch event of kind `K`. `relisted` gathers the managers of a relist in
-    /// progress: at its end, the managers of this kind it did not list are dropped.
-    fn apply_event<K: WatchedManager>(
-        &mut self,
-        relisted: &mut Option<HashSet<ManagerId>>,
-        event: watcher::Event<K>,
-    ) {
-        match event {
-            watcher::Event::Init => *relisted = Some(HashSet::new()),
-            watcher::Event::InitApply(m) => {
-                self.apply(&m);
-                relisted.get_or_insert_with(HashSet::new).insert(id_of(&m));
+    /// Applies one watch event of kind `K`.
+    fn apply_event<K: WatchedManager>(&mut self, event: &watcher::Event<K>) {
+        match self.relists[kind_slot(K::KIND)].follow(event) {
+            Step::Began { .. } => {}
+            Step::Listed(m, listed) => {
+                listed.insert(id_of(m));
+                self.apply(m);
             }
-            watcher::Event::InitDone => {
-                let listed = relisted.take().unwrap_or_default();
+            Step::Complete(listed) => {
                 self.index
                     .retain(|id| id.kind != K::KIND || listed.contains(id));
-                self.listed[kind_slot(K::KIND)] = true;
                 tracing::debug!(managers = self.index.len(), "manager view updated");
             }
-            watcher::Event::Apply(m) => self.apply(&m),
-            watcher::Event::Delete(m) => self.index.delete(&id_of(&m)),
+            Step::Applied(m) => self.apply(m),
+            Step::Deleted(m) => self.index.delete(&id_of(m)),
         }
     }
 
@@ -176,7 +171,6 @@ impl Managers {
 /// Watches one manager kind into `view`'s index until the process ends. A relist drops, at its
 /// end, the managers of this kind it did not list.
 async fn watch_managers<K: WatchedManager>(client: Client, view: ClusterView) {
-    let mut relisted: Option<HashSet<ManagerId>> = None;
     watcher(Api::<K>::all(client), watcher::Config::default())
         .default_backoff()
         .for_each(|event| {
@@ -188,7 +182,7 @@ async fn watch_managers<K: WatchedManager>(client: Client, view: ClusterView) {
                 }
             };
             if let Ok(mut managers) = view.managers.write() {
-                managers.apply_event(&mut relisted, event);
+                managers.apply_event(&event);
             }
             future::ready(())
         })
@@ -324,7 +318,10 @@ impl ClusterSource {
     async fn mark_ready(self: Arc<Self>) {
         let v = &self.view;
         loop {
-            let managers = v.managers.read().is_ok_and(|m| m.listed == [true, true]);
+            let managers = v
+                .managers
+                .read()
+                .is_ok_and(|m| m.relists.iter().all(Relist::is_listed));
             let inventory = v.inventory.read().is_ok_and(|i| {
                 i.namespaces.is_ready() && i.secrets.as_ref().is_none_or(SecretSet::is_ready)
             });
@@ -414,10 +411,9 @@ mod tests {
     }
 
     fn feed<K: WatchedManager>(view: &ClusterView, events: Vec<watcher::Event<K>>) {
-        let mut relisted = None;
         for event in events {
             if let Ok(mut managers) = view.managers.write() {
-                managers.apply_event(&mut relisted, event);
+                managers.apply_event(&event);
             }
         }
     }

@@ -41,7 +41,9 @@ pub struct NamespaceTable {
 
 impl NamespaceTable {
     /// Applies one watch event. A relist updates in place and, at its end, drops the
-    /// namespaces it did not list.
+    /// namespaces it did not list: unlike the other caches (`runtime::relist`), it does not
+    /// gather the list apart, as a second table of 100 000 namespaces during a relist would
+    /// double the webhook's memory.
     pub fn apply(
         &mut self,
         symbols: &mut Symbols,

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{ResourceExt, core::PartialObjectMeta, runtime::watcher};
 
 use super::symbols::{Sym, Symbols};
+use crate::runtime::{Relist, Step};
 
 fn key(namespace: Sym, name: Sym) -> u64 {
     (u64::from(namespace.index()) << 32) | u64::from(name.index())
@@ -18,9 +19,7 @@ fn key(namespace: Sym, name: Sym) -> u64 {
 #[derive(Debug, Default)]
 pub struct SecretSet {
     current: HashSet<u64>,
-    /// The Secrets of a (re)list in progress, swapped in at its end.
-    relisting: Option<HashSet<u64>>,
-    ready: bool,
+    relist: Relist<HashSet<u64>>,
 }
 
 impl SecretSet {
@@ -30,25 +29,20 @@ impl SecretSet {
         symbols: &mut Symbols,
         event: &watcher::Event<PartialObjectMeta<Secret>>,
     ) {
-        match event {
-            watcher::Event::Init => {
-                if let Some(abandoned) = self.relisting.replace(HashSet::new()) {
+        match self.relist.follow(event) {
+            Step::Began { abandoned } => {
+                if let Some(abandoned) = abandoned {
                     release_all(symbols, &abandoned);
                 }
             }
-            watcher::Event::InitApply(s) => {
-                let set = self.relisting.get_or_insert_with(HashSet::new);
-                insert(set, symbols, s);
-            }
-            watcher::Event::InitDone => {
-                let mut listed = self.relisting.take().unwrap_or_default();
+            Step::Listed(s, set) => insert(set, symbols, s),
+            Step::Complete(mut listed) => {
                 listed.shrink_to_fit();
                 let old = std::mem::replace(&mut self.current, listed);
                 release_all(symbols, &old);
-                self.ready = true;
             }
-            watcher::Event::Apply(s) => insert(&mut self.current, symbols, s),
-            watcher::Event::Delete(s) => {
+            Step::Applied(s) => insert(&mut self.current, symbols, s),
+            Step::Deleted(s) => {
                 let found = s
                     .namespace()
                     .and_then(|ns| Some((symbols.get(&ns)?, symbols.get(&s.name_any())?)));
@@ -72,7 +66,7 @@ impl SecretSet {
 
     /// True once the first list has been applied.
     pub fn is_ready(&self) -> bool {
-        self.ready
+        self.relist.is_listed()
     }
 
     /// Secrets known.
