@@ -190,7 +190,34 @@ impl Janitor {
             _child: child,
         })
     }
+
+    /// Waits until the janitor holds the machine's node lock (`/run/cheiron-node.lock`): an
+    /// earlier run (the previous node test binary) keeps it until its clean-up is done.
+    async fn wait_until_locked(&mut self, state: &Path, log: &Path) -> Result<()> {
+        let start = Instant::now();
+        while !state.join("locked").exists() {
+            if let Some(status) = self._child.try_wait()? {
+                return Err(format!(
+                    "tests/node/janitor exited ({status}) before taking the node lock: {}",
+                    log_tail(log, 20)
+                )
+                .into());
+            }
+            if start.elapsed() > NODE_LOCK_WAIT {
+                return Err(format!(
+                    "another node test run still holds /run/cheiron-node.lock after \
+                     {NODE_LOCK_WAIT:?} (its janitor cleans up when its test binary exits)"
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
 }
+
+/// How long a run waits for an earlier run's clean-up (see [`Janitor::wait_until_locked`]).
+const NODE_LOCK_WAIT: Duration = Duration::from_secs(180);
 
 /// The private registry: distribution's registry on `https://127.0.0.1:PORT` with a test CA and
 /// htpasswd (bcrypt) auth. Each test makes users of its own ([`Registry::set_user`]), so one
@@ -445,6 +472,10 @@ pub struct NodeCluster {
     pub node_mode_host: String,
     /// The credentials file the kubelet's plugin reads (a node agent a test starts keeps it).
     pub node_credentials: PathBuf,
+    /// The kubelet's `--root-dir`, where it looks for a docker `config.json` first (and
+    /// keeps what it read for five minutes: `NewDefaultDockerKeyring` in the kubelet's
+    /// `pkg/credentialprovider`).
+    pub kubelet_root: PathBuf,
     /// Where cheiron processes of this cluster run (for a node agent).
     pub cheiron_host: Host,
     /// The controller's credential-provider plugin [`SHORT_LIVED`].
@@ -507,7 +538,9 @@ impl NodeCluster {
             .prefix("cheiron-node-")
             .tempdir_in("/run")?
             .keep();
-        let janitor = Janitor::start(&state, &dir.join("janitor.log"))?;
+        let janitor_log = dir.join("janitor.log");
+        let mut janitor = Janitor::start(&state, &janitor_log)?;
+        janitor.wait_until_locked(&state, &janitor_log).await?;
         let id = state
             .file_name()
             .and_then(|n| n.to_str())
@@ -607,6 +640,7 @@ impl NodeCluster {
             image,
             node_mode_host,
             node_credentials,
+            kubelet_root: kubelet_root(&state),
             cheiron_host: host,
             short_lived,
             control_plane,
@@ -774,6 +808,11 @@ fn install_credential_provider(
     Ok(provider)
 }
 
+/// The kubelet's `--root-dir` in the state directory `state`.
+fn kubelet_root(state: &Path) -> PathBuf {
+    state.join("kubelet")
+}
+
 // Everything a node is made of, each built by the caller: one parameter each.
 #[allow(clippy::too_many_arguments)]
 async fn start_node(
@@ -933,7 +972,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         .arg(tools.get("pause-image")?))?;
 
     // The kubelet.
-    let kubelet_dir = state.join("kubelet");
+    let kubelet_dir = kubelet_root(state);
     std::fs::create_dir_all(&kubelet_dir)?;
     let [kubelet_port, healthz_port] = free_ports()?;
     let ca = std::fs::read_to_string(dir.join("apiserver-certs/apiserver.crt"))?;
