@@ -319,8 +319,53 @@ fn a_yaml_error_in_a_manager_does_not_print_the_password() -> TestResult {
         &["mutate", "--from", &from, "examples/workloads/pod.yaml"],
         None,
     )?;
-    assert_one_line_error(&out, "document 1: invalid type: integer");
+    assert_one_line_error(
+        &out,
+        r#"manager.yaml: document 1: spec.secrets[0].password: Invalid value: "integer": expected a string"#,
+    );
     assert!(!stderr(&out).contains("918273645"), "{}", stderr(&out));
+    Ok(())
+}
+
+/// `cheiron mutate --from DIR` with `manager.yaml` holding a ClusterImagePullSecretManager
+/// whose spec is `spec`; the outcome.
+fn mutate_with_cluster_manager(spec: &str) -> Result<Output, Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let manager = dir.path().join("manager.yaml");
+    std::fs::write(
+        &manager,
+        format!(
+            "apiVersion: cheiron.anny.co/v1alpha1\nkind: ClusterImagePullSecretManager\n\
+             metadata: {{name: company}}\nspec:\n{spec}"
+        ),
+    )?;
+    let from = manager.to_string_lossy().into_owned();
+    Ok(cheiron(
+        &["mutate", "--from", &from, "examples/workloads/pod.yaml"],
+        None,
+    )?)
+}
+
+#[test]
+fn a_value_a_field_does_not_allow_is_named_with_the_field_and_the_values_it_allows() -> TestResult {
+    let out = mutate_with_cluster_manager(
+        "  mode: pod\n  secrets:\n  - name: hub\n    registry: docker.io\n    username: alice\n    password: hunter2\n",
+    )?;
+    assert_one_line_error(
+        &out,
+        r#"manager.yaml: document 1: spec.mode: Unsupported value: "pod": supported values: "ServiceAccount", "Pod", "Node""#,
+    );
+    assert!(!stderr(&out).contains("hunter2"), "{}", stderr(&out));
+    Ok(())
+}
+
+#[test]
+fn a_misspelt_field_is_reported_as_the_required_one_it_leaves_out() -> TestResult {
+    let out = mutate_with_cluster_manager("  secret:\n  - name: hub\n")?;
+    assert_one_line_error(
+        &out,
+        "manager.yaml: document 1: spec.secrets: Required value",
+    );
     Ok(())
 }
 

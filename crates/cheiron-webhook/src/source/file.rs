@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use serde::de::DeserializeOwned;
 
 use super::Source;
-use crate::{admin::Readiness, message::without_values, yaml};
+use crate::{admin::Readiness, decode, message::without_values, yaml};
 use crate::{
     api::{
         ClusterImagePullSecretManager, GROUP, ImagePullSecretManager, PullSecretEntry, VERSION,
@@ -235,7 +235,9 @@ fn typed<T: DeserializeOwned>(
     value: serde_json::Value,
     error: impl FnOnce(String) -> LoadError,
 ) -> Result<T, LoadError> {
-    serde_json::from_value(value).map_err(|e| error(without_values(&e.to_string())))
+    // The field's path and what is wrong with it, as the apiserver says it; a value that may
+    // be a credential is never repeated (see `decode`).
+    decode::typed(value).map_err(|e| error(e.to_string()))
 }
 
 /// A [`Source`] over files read once at start; always ready.
