@@ -188,3 +188,5 @@ mod under_rbac;
 mod alerts;
 
 mod node_agent;
+
+mod values;

@@ -104,3 +104,14 @@ The node agents' namespace (docs/node.md): node.namespace, default `<release nam
 {{- define "cheiron.nodeNamespace" -}}
 {{- default (printf "%s-node" .Release.Namespace) .Values.node.namespace }}
 {{- end }}
+
+{{/*
+The pull secrets of every cheiron Pod: global.imagePullSecrets (shared with a parent chart's
+other subcharts), then imagePullSecrets, each name once, as a YAML list (empty: none).
+*/}}
+{{- define "cheiron.imagePullSecrets" -}}
+{{- $global := dig "imagePullSecrets" (list) (.Values.global | default dict) }}
+{{- with concat $global .Values.imagePullSecrets | uniq }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
