@@ -720,3 +720,54 @@ fn a_cluster_mode_webhook_whose_port_is_taken_fails_in_one_line() -> TestResult 
     );
     Ok(())
 }
+
+#[test]
+fn cargo_install_gives_the_cheiron_binary_and_not_the_tests_fake_plugin() -> TestResult {
+    // `cargo install --path .` builds the binaries whose required features are on by default.
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let out = Command::new(cargo)
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let metadata: Value = serde_json::from_slice(&out.stdout)?;
+    let package = metadata["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == "cheiron")
+        .ok_or("no package cheiron")?;
+    let default: Vec<&str> = package["features"]["default"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let installed: Vec<&str> = package["targets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| {
+            t["kind"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "bin"))
+        })
+        .filter(|t| {
+            t["required-features"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .all(|f| default.contains(&f))
+        })
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(installed, ["cheiron"]);
+    Ok(())
+}
