@@ -10,8 +10,8 @@ use anyhow::{Context, bail};
 use clap::Args;
 
 use crate::install::{
-    CredentialProviderSetup, DEFAULT_NAMESPACE, DeploymentMode, FleetSetup, Install, MetricsAuth,
-    NodeAgentSetup, default_image,
+    ADMIN_PORT, CredentialProviderSetup, DEFAULT_NAMESPACE, DeploymentMode, FleetSetup, Install,
+    MetricsAuth, NodeAgentSetup, WEBHOOK_PORT, WebhookNetwork, default_image,
 };
 
 /// Arguments of `cheiron manifests`.
@@ -69,6 +69,37 @@ pub struct ManifestsArgs {
     /// `<--namespace>-node`.
     #[arg(long, value_name = "NS", requires = "node", value_parser = parse_namespace)]
     node_namespace: Option<String>,
+    /// The webhook's HTTPS port in its Pods (--listen), as the chart's webhook.port: 1024 to
+    /// 65535 (cheiron runs as non-root without capabilities), not the admin port 8080. The
+    /// Service still exposes 443. With --webhook-host-network it is a port of every node that
+    /// runs a webhook Pod.
+    #[arg(
+        long,
+        value_name = "PORT",
+        default_value_t = WEBHOOK_PORT,
+        value_parser = parse_webhook_port,
+        env = "CHEIRON_MANIFESTS_WEBHOOK_PORT"
+    )]
+    webhook_port: i32,
+    /// Run the Pods that serve the webhook on their node's network (hostNetwork), as the
+    /// chart's webhook.hostNetwork: for clusters whose apiserver cannot reach Pod IPs (a
+    /// custom CNI on EKS, say). cheiron's namespace then enforces the `privileged` Pod
+    /// Security Standard (docs/install.md).
+    #[arg(long, env = "CHEIRON_MANIFESTS_WEBHOOK_HOST_NETWORK")]
+    webhook_host_network: bool,
+}
+
+/// A webhook port a non-root Pod can bind that is not the admin port.
+fn parse_webhook_port(text: &str) -> Result<i32, String> {
+    match text.parse::<i32>() {
+        Ok(port) if port == ADMIN_PORT => Err(format!(
+            "{port} is the admin port (/healthz, /readyz, /metrics); choose another"
+        )),
+        Ok(port) if (1024..=65535).contains(&port) => Ok(port),
+        _ => Err(format!(
+            "{text:?} is not a port from 1024 to 65535 (cheiron runs as non-root without capabilities)"
+        )),
+    }
 }
 
 /// How the plain manifests set up credential-provider plugins for the controller
@@ -194,6 +225,8 @@ impl ManifestsArgs {
             fleet_namespace,
             node,
             node_namespace,
+            webhook_port,
+            webhook_host_network,
         } = self;
         let files = Install {
             namespace,
@@ -206,6 +239,10 @@ impl ManifestsArgs {
             node_agent: node.then_some(NodeAgentSetup {
                 namespace: node_namespace,
             }),
+            webhook: WebhookNetwork {
+                port: webhook_port,
+                host_network: webhook_host_network,
+            },
         }
         .files_for(deployment)?;
         let Some(dir) = dir else {
@@ -278,6 +315,8 @@ mod tests {
             fleet_namespace: Vec::new(),
             node: false,
             node_namespace: None,
+            webhook_port: WEBHOOK_PORT,
+            webhook_host_network: false,
         }
         .run(&mut out)?;
         let text = String::from_utf8(out)?;
@@ -310,6 +349,8 @@ mod tests {
             fleet_namespace: Vec::new(),
             node: false,
             node_namespace: None,
+            webhook_port: WEBHOOK_PORT,
+            webhook_host_network: false,
         };
         let error = args(true)
             .run(&mut Vec::new())

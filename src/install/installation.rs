@@ -40,7 +40,8 @@ pub const METRICS_AUTH: &str = "cheiron-metrics-auth";
 pub const METRICS_READER: &str = "cheiron-metrics-reader";
 /// Port the Service exposes to the apiserver.
 pub const SERVICE_PORT: i32 = 443;
-/// Container port of `--listen` (HTTPS, POST /mutate).
+/// Container port of `--listen` (HTTPS, POST /mutate) unless [`WebhookNetwork::port`] says
+/// otherwise.
 pub const WEBHOOK_PORT: i32 = 8443;
 /// Container port of `--admin-listen` (/healthz, /readyz, /metrics).
 pub const ADMIN_PORT: i32 = 8080;
@@ -169,6 +170,29 @@ pub struct Install {
     pub fleet: Option<FleetSetup>,
     /// The node agent's DaemonSet and RBAC (docs/node.md); none by default.
     pub node_agent: Option<NodeAgentSetup>,
+    /// Where the Pods that serve the webhook listen: port, and the node's network or their own.
+    pub webhook: WebhookNetwork,
+}
+
+/// Where the Pods that serve the webhook listen (docs/install.md, "When the apiserver cannot
+/// reach Pod IPs").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WebhookNetwork {
+    /// The HTTPS port (`--listen`); the Service still exposes 443.
+    pub port: i32,
+    /// On the node's network (`hostNetwork`), for clusters whose apiserver cannot reach Pod
+    /// IPs (a custom CNI on EKS, say). Such Pods break the `baseline` and `restricted` Pod
+    /// Security Standards, so cheiron's namespace then enforces `privileged`.
+    pub host_network: bool,
+}
+
+impl Default for WebhookNetwork {
+    fn default() -> Self {
+        Self {
+            port: WEBHOOK_PORT,
+            host_network: false,
+        }
+    }
 }
 
 impl Default for Install {
@@ -180,6 +204,7 @@ impl Default for Install {
             credential_providers: None,
             fleet: None,
             node_agent: None,
+            webhook: WebhookNetwork::default(),
         }
     }
 }

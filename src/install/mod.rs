@@ -24,8 +24,8 @@ pub use credential_providers::{
 pub use installation::{
     ADMIN_PORT, CERTIFICATES, CONTROLLER, DEFAULT_NAMESPACE, DeploymentMode, Install, LEASE,
     METRICS_AUTH, METRICS_READER, MetricsAuth, NAME, RUN_AS, SERVICE_PORT, SHUTDOWN_DELAY_SECONDS,
-    TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR, TLS_SECRET, WEBHOOK, WEBHOOK_PORT, Workload,
-    default_image,
+    TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR, TLS_SECRET, WEBHOOK, WEBHOOK_PORT, WebhookNetwork,
+    Workload, default_image,
 };
 pub use manifests::{ManifestError, ManifestFile};
 pub use node_agent::{NODE_AGENT, NODE_AGENT_REPORT};

@@ -21,7 +21,7 @@ use k8s_openapi::{
     apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr::IntOrString},
 };
 
-use super::installation::{ADMIN_PORT, Install, WEBHOOK_PORT, Workload};
+use super::installation::{ADMIN_PORT, Install, Workload};
 
 fn port(number: i32) -> Vec<NetworkPolicyPort> {
     vec![NetworkPolicyPort {
@@ -38,7 +38,7 @@ pub fn network_policy(install: &Install, workload: Workload) -> NetworkPolicy {
     if workload.serves_webhook() {
         ingress.push(NetworkPolicyIngressRule {
             from: None,
-            ports: Some(port(WEBHOOK_PORT)),
+            ports: Some(port(install.webhook.port)),
         });
     }
     ingress.push(NetworkPolicyIngressRule {
@@ -65,6 +65,7 @@ pub fn network_policy(install: &Install, workload: Workload) -> NetworkPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::install::WEBHOOK_PORT;
 
     fn ports(rule: &NetworkPolicyIngressRule) -> Vec<IntOrString> {
         rule.ports

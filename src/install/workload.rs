@@ -25,20 +25,23 @@ use k8s_openapi::{
 use super::installation::{
     ADMIN_PORT, CONTROLLER, CredentialProviderSetup, Install, LEASE, MetricsAuth, NAME,
     SERVICE_PORT, SHUTDOWN_DELAY_SECONDS, TERMINATION_GRACE_PERIOD_SECONDS, TLS_DIR, TLS_SECRET,
-    WEBHOOK_PORT, Workload,
+    Workload,
 };
 
 // The grace period outlasts the shutdown delay, with room to drain and release the Lease.
 const _: () = assert!(TERMINATION_GRACE_PERIOD_SECONDS >= SHUTDOWN_DELAY_SECONDS + 15);
 
-/// cheiron's namespace, enforcing the restricted Pod Security Standard that its Pods meet.
+/// cheiron's namespace, enforcing the restricted Pod Security Standard that its Pods meet;
+/// `privileged` when the webhook runs on the node's network, which no other level allows.
 pub fn namespace(install: &Install) -> Namespace {
     let mut labels = install.labels("namespace");
+    let level = if install.webhook.host_network {
+        "privileged"
+    } else {
+        "restricted"
+    };
     for mode in ["enforce", "audit", "warn"] {
-        labels.insert(
-            format!("pod-security.kubernetes.io/{mode}"),
-            "restricted".into(),
-        );
+        labels.insert(format!("pod-security.kubernetes.io/{mode}"), level.into());
     }
     Namespace {
         metadata: ObjectMeta {
@@ -156,7 +159,7 @@ pub fn container_args(install: &Install, workload: Workload) -> Vec<String> {
     };
     let mut args = vec![command.to_owned()];
     if workload.serves_webhook() {
-        args.push(format!("--listen=0.0.0.0:{WEBHOOK_PORT}"));
+        args.push(format!("--listen=0.0.0.0:{}", install.webhook.port));
     }
     args.push(format!("--admin-listen=0.0.0.0:{ADMIN_PORT}"));
     if install.metrics_auth != MetricsAuth::None {
@@ -208,9 +211,10 @@ fn container_port(name: &str, port: i32) -> ContainerPort {
 /// [`TLS_SECRET`]; the controller's two replicas are one leader and one warm standby.
 pub fn deployment(install: &Install, workload: Workload) -> Deployment {
     let selector = install.selector(workload.component());
+    let host_network = workload.serves_webhook() && install.webhook.host_network;
     let mut ports = Vec::new();
     if workload.serves_webhook() {
-        ports.push(container_port("https", WEBHOOK_PORT));
+        ports.push(container_port("https", install.webhook.port));
     }
     ports.push(container_port("admin", ADMIN_PORT));
     let mut volume_mounts = Vec::new();
@@ -294,6 +298,9 @@ pub fn deployment(install: &Install, workload: Workload) -> Deployment {
                 spec: Some(PodSpec {
                     service_account_name: Some(workload.name().to_owned()),
                     enable_service_links: Some(false),
+                    host_network: host_network.then_some(true),
+                    // On the node's network, cluster DNS only with this policy.
+                    dns_policy: host_network.then(|| "ClusterFirstWithHostNet".to_owned()),
                     security_context: Some(install.pod_security_context()),
                     termination_grace_period_seconds: Some(TERMINATION_GRACE_PERIOD_SECONDS),
                     affinity: Some(Affinity {
@@ -348,7 +355,54 @@ pub fn pod_disruption_budget(install: &Install, workload: Workload) -> PodDisrup
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::install::DeploymentMode;
+    use crate::install::{DeploymentMode, WEBHOOK_PORT, WebhookNetwork};
+
+    #[test]
+    fn on_the_nodes_network_only_the_webhook_pods_move_and_the_namespace_allows_them() {
+        let install = Install {
+            webhook: WebhookNetwork {
+                port: 10250,
+                host_network: true,
+            },
+            ..Install::default()
+        };
+        for workload in [Workload::Webhook, Workload::Controller, Workload::Combined] {
+            let spec = deployment(&install, workload)
+                .spec
+                .and_then(|s| s.template.spec)
+                .unwrap_or_default();
+            let serves = workload.serves_webhook();
+            assert_eq!(spec.host_network, serves.then_some(true), "{workload:?}");
+            assert_eq!(
+                spec.dns_policy.as_deref(),
+                serves.then_some("ClusterFirstWithHostNet"),
+                "{workload:?}"
+            );
+            let ports: Vec<i32> = spec.containers[0]
+                .ports
+                .iter()
+                .flatten()
+                .map(|p| p.container_port)
+                .collect();
+            assert_eq!(ports.contains(&10250), serves, "{workload:?}");
+            assert!(!ports.contains(&WEBHOOK_PORT), "{workload:?}");
+            let listen =
+                container_args(&install, workload).contains(&"--listen=0.0.0.0:10250".to_owned());
+            assert_eq!(listen, serves, "{workload:?}");
+        }
+        let levels = |install: &Install| {
+            namespace(install)
+                .metadata
+                .labels
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(k, _)| k.starts_with("pod-security.kubernetes.io/"))
+                .map(|(_, v)| v)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(levels(&install), ["privileged"; 3]);
+        assert_eq!(levels(&Install::default()), ["restricted"; 3]);
+    }
 
     const ALL: [Workload; 3] = [Workload::Webhook, Workload::Controller, Workload::Combined];
 

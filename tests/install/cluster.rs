@@ -194,7 +194,7 @@ async fn rendered_chart_applies_cleanly_in_a_server_side_dry_run() -> Result {
 }
 
 /// A Pod with the template's metadata and spec.
-fn pod_of(template: &Value, name: &str) -> Result<Pod> {
+pub(super) fn pod_of(template: &Value, name: &str) -> Result<Pod> {
     let mut pod: Pod = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1",
         "kind": "Pod",

@@ -190,3 +190,5 @@ mod alerts;
 mod node_agent;
 
 mod values;
+
+mod webhook_network;

@@ -93,6 +93,9 @@ serves the webhook, so its Pods are webhook Pods. */}}
 {{- if le (int .Values.terminationGracePeriodSeconds) (int .Values.shutdownDelaySeconds) }}
 {{- fail "terminationGracePeriodSeconds must be longer than shutdownDelaySeconds, or Pods are killed while still draining" }}
 {{- end }}
+{{- if eq (int .Values.webhook.port) 8080 }}
+{{- fail "webhook.port 8080 is the admin port (/healthz, /readyz, /metrics): choose another" }}
+{{- end }}
 {{- if and (eq .Values.certificates.source "secret") (not .Values.certificates.secretName) }}
 {{- fail "certificates.source=secret needs certificates.secretName: the kubernetes.io/tls Secret you created" }}
 {{- end }}
