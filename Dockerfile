@@ -11,8 +11,8 @@ ARG VERSION
 RUN test -n "$VERSION" || { echo "pass --build-arg VERSION=<the version in Cargo.toml>" >&2; exit 1; }
 COPY . .
 # Static (+crt-static) release binaries of cheiron and cheiron-certs and the image's files in
-# /rootfs: /usr/local/bin/{cheiron,cheiron-certs}, /etc/{passwd,group,nsswitch.conf}, /tmp,
-# /home/nonroot.
+# /rootfs: /usr/local/bin/{cheiron,cheiron-certs}, /etc/{passwd,group,nsswitch.conf},
+# /etc/ssl/certs/ca-certificates.crt (the builder's ca-certificates), /tmp, /home/nonroot.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     scripts/image --rootfs /rootfs
@@ -20,7 +20,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 RUN /rootfs/usr/local/bin/cheiron --version | grep -qx "cheiron $VERSION" || \
     { echo "VERSION=$VERSION but $(/rootfs/usr/local/bin/cheiron --version)" >&2; exit 1; }
 
-# No base image: the binaries need no libc, no shell and no CA certificates (see docs/image.md).
+# No base image: the binaries need no libc and no shell (see docs/image.md).
 FROM scratch
 COPY --from=build /rootfs/ /
 ARG VERSION

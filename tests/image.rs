@@ -13,6 +13,9 @@
 //! - the layer: both binaries, executable, no shell;
 //! - the binaries: static (no program interpreter, no shared library) and they run outside the
 //!   image, printing the Cargo version.
+//! - the CA bundle: Debian's roots where Go and rustls look, and a Go program standing in for a
+//!   credential-provider plugin, run in the image's files with an empty environment as the
+//!   controller runs plugins, trusts them (built with Go from `tests/support/ca_probe/`).
 
 use std::{
     collections::BTreeMap,
@@ -607,4 +610,118 @@ fn cheiron_in_the_image_is_static_and_prints_the_cargo_version() -> TestResult {
 fn cheiron_certs_in_the_image_is_static_and_prints_its_cargo_version() -> TestResult {
     let version = package_version(&repo().join("certs-tool/Cargo.toml"))?;
     assert_static_and_prints_version("cheiron-certs", &version)
+}
+
+const CA_BUNDLE: &str = "etc/ssl/certs/ca-certificates.crt";
+
+/// The PEM certificate blocks of `bundle`, each as its PEM text.
+fn pem_certificates(bundle: &str) -> Vec<&str> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let mut blocks = Vec::new();
+    let mut rest = bundle;
+    while let Some(start) = rest.find(BEGIN) {
+        let Some(end) = rest[start..].find(END) else {
+            break;
+        };
+        blocks.push(&rest[start..start + end + END.len()]);
+        rest = &rest[start + end + END.len()..];
+    }
+    blocks
+}
+
+#[test]
+fn the_layer_carries_the_system_ca_bundle_where_go_and_rustls_look_for_it() -> TestResult {
+    use base64::Engine;
+    let entry = layer_file(image()?, CA_BUNDLE)?;
+    assert!(entry.kind.is_file(), "/{CA_BUNDLE} is not a regular file");
+    assert_eq!(
+        entry.mode & 0o7777,
+        0o644,
+        "/{CA_BUNDLE} mode {:o}",
+        entry.mode
+    );
+    assert_eq!((entry.uid, entry.gid), (0, 0), "/{CA_BUNDLE} owner");
+    let bundle = String::from_utf8(entry.data.clone())?;
+    let blocks = pem_certificates(&bundle);
+    assert!(!blocks.is_empty(), "/{CA_BUNDLE} holds no certificate");
+    for block in blocks {
+        let body: String = block.lines().filter(|l| !l.starts_with("-----")).collect();
+        let der = base64::engine::general_purpose::STANDARD.decode(body)?;
+        assert_eq!(der.first(), Some(&0x30), "a certificate is a DER SEQUENCE");
+    }
+    Ok(())
+}
+
+/// Builds `tests/support/ca_probe` (a static Go program) into `dir`.
+fn build_ca_probe(dir: &Path) -> Result<PathBuf, Box<dyn Error>> {
+    let out = dir.join("ca_probe");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/ca_probe/main.go");
+    let built = Command::new("go")
+        .args(["build", "-trimpath", "-o"])
+        .arg(&out)
+        .arg(&source)
+        .env("CGO_ENABLED", "0")
+        .env("GOTOOLCHAIN", "local")
+        .env("GOWORK", "off")
+        .env("GOFLAGS", "")
+        .output()
+        .map_err(|e| {
+            format!("this test builds tests/support/ca_probe with Go, and `go` did not run ({e}): install Go")
+        })?;
+    if !built.status.success() {
+        return Err(format!(
+            "go build tests/support/ca_probe failed: {}",
+            String::from_utf8_lossy(&built.stderr)
+        )
+        .into());
+    }
+    Ok(out)
+}
+
+/// Runs the probe in a root directory holding the image's `/etc/ssl` and nothing else of this
+/// machine (`unshare --map-root-user --root`), with an empty environment, as the controller
+/// runs a plugin; it verifies the certificate `cert` (PEM).
+fn probe_in(root: &Path, cert: &str) -> Result<Output, Box<dyn Error>> {
+    let build = tempfile::tempdir()?;
+    let probe = build_ca_probe(build.path())?;
+    fs::copy(&probe, root.join("ca_probe"))?;
+    fs::write(root.join("cert.pem"), cert)?;
+    Ok(Command::new("unshare")
+        .args(["--map-root-user", "--root"])
+        .arg(root)
+        .args(["/ca_probe", "/cert.pem"])
+        .env_clear()
+        .output()?)
+}
+
+#[test]
+fn a_go_plugin_run_in_the_image_with_an_empty_environment_trusts_the_bundles_roots() -> TestResult {
+    let entry = layer_file(image()?, CA_BUNDLE)?;
+    let bundle = String::from_utf8(entry.data.clone())?;
+    let root_cert = *pem_certificates(&bundle)
+        .first()
+        .ok_or("the image's CA bundle holds no certificate")?;
+
+    let with = tempfile::tempdir()?;
+    let certs = with.path().join("etc/ssl/certs");
+    fs::create_dir_all(&certs)?;
+    fs::write(certs.join("ca-certificates.crt"), &entry.data)?;
+    let out = probe_in(with.path(), root_cert)?;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "verified",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The control: the same run without the image's bundle finds no root.
+    let without = tempfile::tempdir()?;
+    let out = probe_in(without.path(), root_cert)?;
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success() && said.contains("not verified"),
+        "without the bundle: {said}"
+    );
+    Ok(())
 }
