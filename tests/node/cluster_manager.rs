@@ -19,7 +19,8 @@ async fn manager_with(t: &NodeTest, mode: &str, extra: &str) -> Result<(String, 
     let source_ns = t.scenario.create_namespace(&[], &[]).await?;
     let user = t.scenario.unique_name("user");
     let password = t.node.registry.set_user(&user)?;
-    t.password_secret(&source_ns, "registry-password", &password)
+    t.scenario
+        .password_secret(&source_ns, "registry-password", &password)
         .await?;
     t.scenario
         .apply_cluster_manager(
@@ -86,7 +87,8 @@ async fn after_a_rotation_a_new_pod_pulls_with_the_new_password() -> Result {
         .await?;
 
     let new_password = t.node.registry.set_user(&user)?;
-    t.password_secret(&source_ns, "registry-password", &new_password)
+    t.scenario
+        .password_secret(&source_ns, "registry-password", &new_password)
         .await?;
     t.expect_unauthorized(&ns, "old-by-hand", &["old-by-hand"])
         .await?;

@@ -105,7 +105,8 @@ async fn node_mode_a_plain_pod_in_an_untargeted_namespace_pulls_through_the_kube
     let source_ns = t.scenario.create_namespace(&[], &[]).await?;
     let user = t.scenario.unique_name("user");
     let password = t.node.registry.set_user(&user)?;
-    t.password_secret(&source_ns, "registry-password", &password)
+    t.scenario
+        .password_secret(&source_ns, "registry-password", &password)
         .await?;
     let manager = t
         .scenario
@@ -145,7 +146,8 @@ async fn node_mode_a_plain_pod_in_an_untargeted_namespace_pulls_through_the_kube
 
     // Rotation: the registry takes only the new password; the next pull uses it.
     let rotated = t.node.registry.set_user(&user)?;
-    t.password_secret(&source_ns, "registry-password", &rotated)
+    t.scenario
+        .password_secret(&source_ns, "registry-password", &rotated)
         .await?;
     until_file_holds(&t, Some((&user, &rotated))).await?;
     // The kubelet may reuse the plugin's last answer for its cacheDuration (docs/node.md):

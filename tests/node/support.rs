@@ -1,9 +1,6 @@
 //! What the node tests share: the cluster, a scenario on it, Secrets and the outcome checks.
 
-use k8s_openapi::{
-    ByteString,
-    api::core::v1::{Secret, ServiceAccount},
-};
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::{Api, Client, api::PostParams};
 
 use crate::{
@@ -58,35 +55,6 @@ impl NodeTest {
         Api::<Secret>::namespaced(self.client().clone(), ns)
             .create(&PostParams::default(), &secret)
             .await?;
-        Ok(())
-    }
-
-    /// Creates or replaces an Opaque Secret `name` in `ns` with `password` under key `password`.
-    pub async fn password_secret(&self, ns: &str, name: &str, password: &str) -> Result {
-        let api = Api::<Secret>::namespaced(self.client().clone(), ns);
-        let mut secret = Secret {
-            metadata: kube::core::ObjectMeta {
-                name: Some(name.to_owned()),
-                ..Default::default()
-            },
-            data: Some(
-                [(
-                    "password".to_owned(),
-                    ByteString(password.as_bytes().to_vec()),
-                )]
-                .into(),
-            ),
-            ..Default::default()
-        };
-        match api.get_opt(name).await? {
-            None => {
-                api.create(&PostParams::default(), &secret).await?;
-            }
-            Some(existing) => {
-                secret.metadata.resource_version = existing.metadata.resource_version;
-                api.replace(name, &PostParams::default(), &secret).await?;
-            }
-        }
         Ok(())
     }
 

@@ -16,11 +16,8 @@ use std::path::Path;
 
 use base64::Engine;
 use cheiron_harness as harness;
-use k8s_openapi::{
-    ByteString,
-    api::core::v1::{Pod, Secret},
-};
-use kube::{Api, Client, api::PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Api, Client};
 
 use harness::{
     Result, SETTLE, Scenario,
@@ -96,24 +93,7 @@ async fn node_mode_merged_into_the_kubelets_config_json_lets_a_plain_pod_pull() 
     let source_ns = s.create_namespace(&[], &[]).await?;
     let user = s.unique_name("user");
     let password = node.registry.set_user(&user)?;
-    Api::<Secret>::namespaced(client.clone(), &source_ns)
-        .create(
-            &PostParams::default(),
-            &Secret {
-                metadata: kube::core::ObjectMeta {
-                    name: Some("registry-password".to_owned()),
-                    ..Default::default()
-                },
-                data: Some(
-                    [(
-                        "password".to_owned(),
-                        ByteString(password.as_bytes().to_vec()),
-                    )]
-                    .into(),
-                ),
-                ..Default::default()
-            },
-        )
+    s.password_secret(&source_ns, "registry-password", &password)
         .await?;
     let manager = s
         .apply_cluster_manager(

@@ -350,6 +350,17 @@ impl Registry {
         let path = self.dir.join("htpasswd");
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, file)?;
+        // The registry reloads the file when its mtime differs from the one it read. Two writes
+        // within one tick of the kernel's coarse clock get the same mtime, and the second
+        // would go unseen (a user of a test that started at the same moment as another's
+        // then gets 401): each write's mtime is later than the last.
+        let previous = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+        let now = std::time::SystemTime::now();
+        let modified = previous.map_or(now, |p| now.max(p + Duration::from_millis(1)));
+        std::fs::File::options()
+            .write(true)
+            .open(&tmp)?
+            .set_modified(modified)?;
         std::fs::rename(&tmp, &path)?;
         Ok(())
     }
@@ -1118,7 +1129,7 @@ impl NodeCluster {
         loop {
             self.check_running()?;
             let pod = pods.get(name).await?;
-            let status = pod.status.unwrap_or_default();
+            let status = pod.status.clone().unwrap_or_default();
             if status.phase.as_deref() == Some("Running") {
                 return Ok(PodOutcome::Running);
             }
@@ -1134,7 +1145,23 @@ impl NodeCluster {
                     )
                 });
             if let Some(waiting) = waiting {
-                return Ok(PodOutcome::PullFailed(waiting.message.unwrap_or_default()));
+                // A kubelet that could not read a pull secret yet (the Node authorizer learns of
+                // a new Pod's Secrets from a watch of its own, which can lag the kubelet's)
+                // pulls without it, and retries after its back-off: that pull says nothing
+                // about the Secret, so wait for the retry.
+                let unread = format!("pod=\"{ns}/{name}\"");
+                let secret_unread = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.image_pull_secrets.as_ref())
+                    .is_some_and(|secrets| !secrets.is_empty())
+                    && self
+                        .kubelet_log_lines("Unable to retrieve pull secret", usize::MAX)
+                        .lines()
+                        .any(|line| line.contains(&unread));
+                if !secret_unread {
+                    return Ok(PodOutcome::PullFailed(waiting.message.unwrap_or_default()));
+                }
             }
             if start.elapsed() > POD_SETTLES {
                 return Err(format!(

@@ -7,7 +7,10 @@ use std::{
 };
 
 use cheiron::api::{ClusterImagePullSecretManager, ImagePullSecretManager};
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::{
+    ByteString,
+    api::core::v1::{Namespace, Pod, Secret, ServiceAccount},
+};
 use kube::{
     Api, Client, ResourceExt,
     api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams},
@@ -176,6 +179,35 @@ spec:
     ) -> Result<kube::Result<DynamicObject>> {
         let (api, _) = self.manager_api(manager)?;
         Ok(api.create(&PostParams::default(), manager).await)
+    }
+
+    /// Creates or replaces an Opaque Secret `name` in `ns` with `password` under key `password`.
+    pub async fn password_secret(&self, ns: &str, name: &str, password: &str) -> Result {
+        let api = Api::<Secret>::namespaced(self.client.clone(), ns);
+        let mut secret = Secret {
+            metadata: kube::core::ObjectMeta {
+                name: Some(name.to_owned()),
+                ..Default::default()
+            },
+            data: Some(
+                [(
+                    "password".to_owned(),
+                    ByteString(password.as_bytes().to_vec()),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        match api.get_opt(name).await? {
+            None => {
+                api.create(&PostParams::default(), &secret).await?;
+            }
+            Some(existing) => {
+                secret.metadata.resource_version = existing.metadata.resource_version;
+                api.replace(name, &PostParams::default(), &secret).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Deletes a manager of either kind.
