@@ -167,7 +167,7 @@ impl NodeProcess {
 /// The janitor of this run: `tests/node/janitor STATE` waiting for end-of-file on its stdin.
 struct Janitor {
     _stdin: ChildStdin,
-    _child: Child,
+    child: Child,
 }
 
 impl Janitor {
@@ -187,7 +187,7 @@ impl Janitor {
         let stdin = child.stdin.take().ok_or("the janitor has no stdin")?;
         Ok(Self {
             _stdin: stdin,
-            _child: child,
+            child,
         })
     }
 
@@ -196,7 +196,7 @@ impl Janitor {
     async fn wait_until_locked(&mut self, state: &Path, log: &Path) -> Result<()> {
         let start = Instant::now();
         while !state.join("locked").exists() {
-            if let Some(status) = self._child.try_wait()? {
+            if let Some(status) = self.child.try_wait()? {
                 return Err(format!(
                     "tests/node/janitor exited ({status}) before taking the node lock: {}",
                     log_tail(log, 20)
@@ -350,10 +350,11 @@ impl Registry {
         let path = self.dir.join("htpasswd");
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, file)?;
-        // The registry reloads the file when its mtime differs from the one it read. Two writes
-        // within one tick of the kernel's coarse clock get the same mtime, and the second
-        // would go unseen (a user of a test that started at the same moment as another's
-        // then gets 401): each write's mtime is later than the last.
+        // The registry reloads the file only when its mtime differs from the one it read. On a
+        // filesystem with coarse timestamps two writes close together can get the same mtime,
+        // and the second would go unseen (a user of a test that started at the same moment as
+        // another's would get 401); this machine's ext4 gave distinct ones in a quick check,
+        // so this is a guard, not a proven cause. Each write's mtime is later than the last.
         let previous = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
         let now = std::time::SystemTime::now();
         let modified = previous.map_or(now, |p| now.max(p + Duration::from_millis(1)));
