@@ -9,7 +9,7 @@
 
 use std::{
     fs::{self, File, OpenOptions, Permissions},
-    io::{self, Write},
+    io::{self, Read, Write},
     os::unix::fs::{OpenOptionsExt, PermissionsExt},
     path::{Path, PathBuf},
 };
@@ -70,6 +70,62 @@ pub fn write_with(
     mode: u32,
     after: &mut dyn FnMut(Step) -> io::Result<()>,
 ) -> io::Result<()> {
+    write_from(path, &mut &bytes[..], mode, after)
+}
+
+/// Replaces `path` with a copy of the file `source`, mode `mode`, atomically, streaming it (a
+/// binary is never held in memory whole: an init container installing the plugin has a memory
+/// limit); refuses a `path` that is a symbolic link.
+pub fn copy(source: &Path, path: &Path, mode: u32) -> io::Result<()> {
+    write_from(path, &mut File::open(source)?, mode, &mut |_| Ok(()))
+}
+
+/// Whether the files `a` and `b` hold the same bytes, read in blocks; `false` when `b` does not
+/// exist.
+pub fn same_content(a: &Path, b: &Path) -> io::Result<bool> {
+    let mut b = match File::open(b) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let mut a = File::open(a)?;
+    if a.metadata()?.len() != b.metadata()?.len() {
+        return Ok(false);
+    }
+    const BLOCK: usize = 64 * 1024;
+    let (mut block_a, mut block_b) = (vec![0; BLOCK], vec![0; BLOCK]);
+    loop {
+        let n = read_block(&mut a, &mut block_a)?;
+        if n != read_block(&mut b, &mut block_b)? || block_a[..n] != block_b[..n] {
+            return Ok(false);
+        }
+        if n == 0 {
+            return Ok(true);
+        }
+    }
+}
+
+/// Fills `block` from `file` as far as it goes; the number of bytes read (less only at the end).
+fn read_block(file: &mut File, block: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < block.len() {
+        match file.read(&mut block[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+/// [`write_with`] of what `content` reads.
+fn write_from(
+    path: &Path,
+    content: &mut dyn Read,
+    mode: u32,
+    after: &mut dyn FnMut(Step) -> io::Result<()>,
+) -> io::Result<()> {
     if is_link(path)? {
         return Err(link_refused());
     }
@@ -85,7 +141,8 @@ pub fn write_with(
         .mode(mode)
         .open(&temporary)?;
     after(Step::Created)?;
-    file.write_all(bytes)?;
+    io::copy(content, &mut file)?;
+    file.flush()?;
     after(Step::Written)?;
     // The umask may have narrowed `mode` at creation; set it exactly.
     file.set_permissions(Permissions::from_mode(mode))?;
@@ -169,6 +226,47 @@ mod tests {
             let names: Vec<_> = fs::read_dir(dir.path())?.collect::<Result<_, _>>()?;
             assert_eq!(names.len(), 1, "{stop:?}");
         }
+        Ok(())
+    }
+
+    #[test]
+    fn same_content_compares_every_block_and_the_length() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        // Over two blocks, so the comparison crosses a block boundary.
+        let content: Vec<u8> = (0..150_000u32).map(|i| (i % 251) as u8).collect();
+        fs::write(&a, &content)?;
+        assert!(!same_content(&a, &b)?, "an absent file differs");
+        fs::write(&b, &content)?;
+        assert!(same_content(&a, &b)?);
+        let mut last_changed = content.clone();
+        if let Some(last) = last_changed.last_mut() {
+            *last ^= 1;
+        }
+        fs::write(&b, &last_changed)?;
+        assert!(!same_content(&a, &b)?, "a byte of the last block differs");
+        fs::write(&b, &content[..content.len() - 1])?;
+        assert!(!same_content(&a, &b)?, "a shorter file differs");
+        fs::write(&b, b"")?;
+        fs::write(&a, b"")?;
+        assert!(same_content(&a, &b)?, "two empty files are the same");
+        Ok(())
+    }
+
+    #[test]
+    fn copy_replaces_the_target_with_the_whole_source_and_its_mode() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let (source, target) = (dir.path().join("cheiron"), dir.path().join("plugin"));
+        let content: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+        fs::write(&source, &content)?;
+        fs::write(&target, b"an older plugin")?;
+        copy(&source, &target, 0o755)?;
+        assert_eq!(fs::read(&target)?, content);
+        assert_eq!(mode_of(&target)?, Some(0o755));
+        assert!(!temporary_path(&target).exists());
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link)?;
+        assert!(copy(&source, &link, 0o755).is_err(), "a link is refused");
         Ok(())
     }
 

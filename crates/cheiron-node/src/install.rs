@@ -95,13 +95,14 @@ impl Install {
             atomic::write(&self.config, text.as_bytes(), 0o644)
                 .with_context(|| format!("writing {}", self.config.display()))?;
         }
+        // Compared and copied in blocks: the chart's init container runs this under the node
+        // agent's memory limit (128 MiB by default), and the binary is tens of MiB.
         let me = std::env::current_exe().context("finding the running cheiron binary")?;
-        let binary = std::fs::read(&me).with_context(|| format!("reading {}", me.display()))?;
         let target = self.bin_dir.join(PLUGIN_NAME);
-        let installed =
-            atomic::read(&target).with_context(|| format!("reading {}", target.display()))?;
-        if installed.as_deref() != Some(&binary[..]) {
-            atomic::write(&target, &binary, 0o755)
+        let installed = atomic::same_content(&me, &target)
+            .with_context(|| format!("comparing {} with {}", target.display(), me.display()))?;
+        if !installed {
+            atomic::copy(&me, &target, 0o755)
                 .with_context(|| format!("installing {}", target.display()))?;
         }
         tracing::info!(
