@@ -30,11 +30,11 @@ use std::{
     time::Duration,
 };
 
+use cheiron_harness::tools::IMAGE_ARCHIVE_ENV;
 use serde_json::Value;
 
 type TestResult = Result<(), Box<dyn Error>>;
 
-const ENV: &str = "CHEIRON_IMAGE_ARCHIVE";
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 const BIN_DIR: &str = "usr/local/bin";
 
@@ -71,47 +71,17 @@ fn image() -> Result<&'static Image, String> {
     static IMAGE: OnceLock<Result<Image, String>> = OnceLock::new();
     IMAGE
         .get_or_init(|| {
-            let path = match std::env::var_os(ENV).filter(|p| !p.is_empty()) {
-                Some(path) => PathBuf::from(path),
-                None => build_archive()?,
-            };
+            let path = cheiron_harness::tools::image_archive().map_err(|e| e.to_string())?;
             load(&path).map_err(|e| {
                 format!(
-                    "cannot read the image archive {} ({ENV}): {e}; rebuild it with scripts/image",
+                    "cannot read the image archive {} ({IMAGE_ARCHIVE_ENV}): {e}; rebuild it \
+                     with scripts/image",
                     path.display()
                 )
             })
         })
         .as_ref()
         .map_err(Clone::clone)
-}
-
-/// Runs `scripts/image` (what CI runs before the tests) and returns the archive it wrote.
-fn build_archive() -> Result<PathBuf, String> {
-    let script = repo().join("scripts/image");
-    eprintln!(
-        "{ENV} is not set: building the image with {} (cached after the first run; \
-         set {ENV} to an archive it wrote to skip this)",
-        script.display()
-    );
-    let output = Command::new(&script)
-        .current_dir(repo())
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-    if !output.status.success() {
-        return Err(format!(
-            "{} failed ({}); its error is above. Fix it, or set {ENV} to an archive \
-             scripts/image wrote before (docs/image.md)",
-            script.display(),
-            output.status
-        ));
-    }
-    let path = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-    if path.is_empty() {
-        return Err(format!("{} printed no archive path", script.display()));
-    }
-    Ok(PathBuf::from(path))
 }
 
 fn load(path: &Path) -> Result<Image, Box<dyn Error>> {

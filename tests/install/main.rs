@@ -14,14 +14,12 @@
 //! - `under_rbac`: `cheiron webhook`, `cheiron controller` and `cheiron run` do their job under
 //!   exactly that RBAC.
 //!
-//! Tests that need helm get it from `scripts/helm` and fail, with a message saying how to
+//! Tests that need helm get it from `scripts/helm` (`harness::tools::helm`) and fail, with a message saying how to
 //! provide it, when it cannot.
 
 use std::{
-    io::{BufRead, BufReader, Read, Write},
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},
-    sync::OnceLock,
 };
 
 use cheiron_harness::{self as harness, Result};
@@ -81,49 +79,9 @@ fn describe(objects: &[Value]) -> String {
     names.join(", ")
 }
 
-/// The path of a helm v3 executable from `scripts/helm` (built once from the Go module proxy
-/// and cached outside the repo). Its progress goes straight to stderr: a first build takes
-/// minutes.
-fn helm() -> Result<PathBuf> {
-    static HELM: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let found = HELM.get_or_init(|| {
-        let script = repo().join("scripts/helm");
-        let mut child = Command::new(&script)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-        let mut progress = Vec::new();
-        if let Some(stderr) = child.stderr.take() {
-            for line in BufReader::new(stderr).lines().map_while(std::result::Result::ok) {
-                let _ = writeln!(std::io::stderr(), "{line}");
-                progress.push(line);
-            }
-        }
-        let mut stdout = String::new();
-        if let Some(mut out) = child.stdout.take() {
-            out.read_to_string(&mut stdout).map_err(|e| e.to_string())?;
-        }
-        let status = child.wait().map_err(|e| e.to_string())?;
-        let path = PathBuf::from(stdout.trim());
-        if !status.success() || stdout.trim().is_empty() {
-            return Err(format!(
-                "these tests need helm v3, and {} could not provide it ({status}):\n{}\n\
-                 Install Go >= 1.26 (scripts/helm then builds helm from the Go module proxy once \
-                 and caches it in ~/.cache/cheiron/helm/) or set CHEIRON_HELM to a helm v3 executable.",
-                script.display(),
-                progress.join("\n")
-            ));
-        }
-        Ok(path)
-    });
-    found.clone().map_err(Into::into)
-}
-
 /// Runs helm with `args`, returning its output whatever its exit status.
 fn run_helm(args: &[&str]) -> Result<Output> {
-    Ok(Command::new(helm()?)
+    Ok(Command::new(harness::tools::helm()?)
         .args(args)
         .current_dir(repo())
         .stdin(Stdio::null())

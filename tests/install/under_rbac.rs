@@ -394,7 +394,7 @@ async fn notes_say_how_to_check_the_installation() -> Result {
         return Err(format!("no admin kubeconfig at {}", kubeconfig.display()).into());
     }
     let dir = tempfile::tempdir()?;
-    let output = Command::new(helm()?)
+    let output = Command::new(harness::tools::helm()?)
         .args([
             "install",
             "notes",

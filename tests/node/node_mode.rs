@@ -102,30 +102,12 @@ async fn node_mode_a_plain_pod_in_an_untargeted_namespace_pulls_through_the_kube
         other => return Err(format!("before the manager: {other:?}").into()),
     }
 
-    let source_ns = t.scenario.create_namespace(&[], &[]).await?;
-    let user = t.scenario.unique_name("user");
-    let password = t.node.registry.set_user(&user)?;
-    t.scenario
-        .password_secret(&source_ns, "registry-password", &password)
-        .await?;
     let manager = t
-        .scenario
-        .apply_cluster_manager(
-            &t.scenario.unique_name("node-manager"),
-            &format!(
-                "  mode: Node
-  nodeSelector: {{}}
-  secrets:
-    - name: node-registry
-      registry: {registry}
-      username: {user}
-      passwordSecretRef: {{name: registry-password, key: password, namespace: {source_ns}}}
-",
-                registry = t.node.node_mode_host,
-            ),
-        )
+        .node
+        .apply_node_manager(&t.scenario, "node-manager", &t.node.node_mode_host)
         .await?;
-    until_file_holds(&t, Some((&user, &password))).await?;
+    let (source_ns, user, password) = (&manager.source_ns, &manager.user, &manager.password);
+    until_file_holds(&t, Some((user, password))).await?;
     // Past the plugin's cached answer of the refused pull (docs/node.md).
     tokio::time::sleep(PLUGIN_CACHE_DURATION + Duration::from_millis(500)).await;
     expect_running(&t, &ns, "plain").await?;
@@ -145,18 +127,18 @@ async fn node_mode_a_plain_pod_in_an_untargeted_namespace_pulls_through_the_kube
     assert!(account.is_empty(), "its ServiceAccount names: {account:?}");
 
     // Rotation: the registry takes only the new password; the next pull uses it.
-    let rotated = t.node.registry.set_user(&user)?;
+    let rotated = t.node.registry.set_user(user)?;
     t.scenario
-        .password_secret(&source_ns, "registry-password", &rotated)
+        .password_secret(source_ns, "registry-password", &rotated)
         .await?;
-    until_file_holds(&t, Some((&user, &rotated))).await?;
+    until_file_holds(&t, Some((user, &rotated))).await?;
     // The kubelet may reuse the plugin's last answer for its cacheDuration (docs/node.md):
     // the next pull after that asks again.
     tokio::time::sleep(PLUGIN_CACHE_DURATION + Duration::from_millis(500)).await;
     expect_running(&t, &ns, "after-rotation").await?;
 
     // The manager goes: so does the credential, and the next pull is refused again.
-    t.scenario.delete_manager(&manager).await?;
+    t.scenario.delete_manager(&manager.object).await?;
     until_file_holds(&t, None).await?;
     tokio::time::sleep(PLUGIN_CACHE_DURATION + Duration::from_millis(500)).await;
     match run_plain_pod(&t, &ns, "after-deletion").await? {

@@ -90,27 +90,10 @@ async fn node_mode_merged_into_the_kubelets_config_json_lets_a_plain_pod_pull() 
         .wait_for_admin_status("/readyz", 200, READY_WITHIN)
         .await?;
 
-    let source_ns = s.create_namespace(&[], &[]).await?;
-    let user = s.unique_name("user");
-    let password = node.registry.set_user(&user)?;
-    s.password_secret(&source_ns, "registry-password", &password)
+    let manager = node
+        .apply_node_manager(&s, "config-json", &node.registry.host)
         .await?;
-    let manager = s
-        .apply_cluster_manager(
-            &s.unique_name("config-json"),
-            &format!(
-                "  mode: Node
-  nodeSelector: {{}}
-  secrets:
-    - name: node-registry
-      registry: {registry}
-      username: {user}
-      passwordSecretRef: {{name: registry-password, key: password, namespace: {source_ns}}}
-",
-                registry = node.registry.host,
-            ),
-        )
-        .await?;
+    let user = manager.user.clone();
     wait_for(
         "cheiron's entry in the kubelet's config.json",
         SETTLE,
@@ -167,7 +150,7 @@ async fn node_mode_merged_into_the_kubelets_config_json_lets_a_plain_pod_pull() 
     }
 
     // The manager goes: config.json is given back as its owner wrote it, byte for byte.
-    s.delete_manager(&manager).await?;
+    s.delete_manager(&manager.object).await?;
     wait_for("config.json as its owner wrote it", SETTLE, || async {
         if std::fs::read_to_string(&config)? == OWN_CONFIG {
             Ok(())

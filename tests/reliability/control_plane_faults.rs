@@ -128,6 +128,7 @@ async fn a_throttling_apiserver_slows_the_controller_down_without_breaking_it() 
                 "--max-requests-inflight=10".to_owned(),
                 "--max-mutating-requests-inflight=5".to_owned(),
             ],
+            ..ControlPlaneOptions::default()
         },
     )
     .await?;

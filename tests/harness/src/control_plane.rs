@@ -28,12 +28,26 @@ const ETCD_READY: Duration = Duration::from_secs(30);
 const APISERVER_READY: Duration = Duration::from_secs(60);
 const CONTROLLER_MANAGER_READY: Duration = Duration::from_secs(30);
 
+/// The Service CIDR (`--service-cluster-ip-range`).
+const SERVICE_CIDR: &str = "10.0.0.0/24";
+/// The first address of [`SERVICE_CIDR`]: the `kubernetes` Service's ClusterIP, which Pods
+/// reach the apiserver at (`KUBERNETES_SERVICE_HOST`, port 443) and which the apiserver's
+/// self-signed serving certificate names.
+pub const KUBERNETES_SERVICE_IP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 0, 0, 1);
+
+/// The controllers kube-controller-manager runs by default here. deployment and replicaset:
+/// Pods created from a Deployment's template, as in a GitOps rollout (tests/controller/gitops.rs).
+const CONTROLLERS: &str = "garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,deployment-controller,replicaset-controller";
+
 /// What a test may change about the control plane it starts.
 #[derive(Clone, Debug, Default)]
 pub struct ControlPlaneOptions {
     /// Extra kube-apiserver flags, after the defaults, e.g. `--max-requests-inflight=10`. A
     /// `--flag=value` here replaces the default `--flag=...` (say `--authorization-mode`).
     pub apiserver_args: Vec<String>,
+    /// kube-controller-manager controllers to run besides [`CONTROLLERS`], e.g.
+    /// `daemonset-controller`.
+    pub extra_controllers: Vec<String>,
 }
 
 /// How a process of the control plane is started again after a test stopped it.
@@ -164,7 +178,7 @@ impl ControlPlane {
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
             format!("--service-account-key-file={}", sa_public.display()),
             format!("--service-account-signing-key-file={}", sa_private.display()),
-            "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
+            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
             "--endpoint-reconciler-type=none".to_owned(),
         ];
         // A flag the options set replaces the default one: list flags such as
@@ -207,11 +221,21 @@ impl ControlPlane {
             "kube-controller-manager",
             Command::new(bin.join("kube-controller-manager")).args([
                 format!("--kubeconfig={}", kcm_kubeconfig.display()),
-                // deployment and replicaset: Pods created from a Deployment's template, as in a
-                // GitOps rollout (tests/controller/gitops.rs).
-                "--controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,deployment-controller,replicaset-controller".to_owned(),
-                format!("--service-account-private-key-file={}", sa_private.display()),
-                format!("--root-ca-file={}", cert_dir.join("apiserver.crt").display()),
+                format!(
+                    "--controllers={}",
+                    std::iter::once(CONTROLLERS)
+                        .chain(options.extra_controllers.iter().map(String::as_str))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+                format!(
+                    "--service-account-private-key-file={}",
+                    sa_private.display()
+                ),
+                format!(
+                    "--root-ca-file={}",
+                    cert_dir.join("apiserver.crt").display()
+                ),
                 "--use-service-account-credentials=false".to_owned(),
                 "--leader-elect=false".to_owned(),
                 "--bind-address=127.0.0.1".to_owned(),

@@ -35,6 +35,7 @@ pub mod service_proxy;
 pub mod source;
 pub mod stats;
 mod tokens;
+pub mod tools;
 mod wait;
 mod webhook;
 pub mod workload;

@@ -9,6 +9,7 @@
 use std::{
     collections::BTreeMap,
     io::Write,
+    net::{Shutdown, SocketAddr, TcpListener, TcpStream},
     path::{Path, PathBuf},
     process::{Child, ChildStdin, Command, Stdio},
     sync::{Mutex, OnceLock},
@@ -23,7 +24,9 @@ use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair, KeyUsag
 
 use super::{
     Cheiron, Result,
-    control_plane::{ControlPlane, ControlPlaneOptions, free_ports, random_token},
+    control_plane::{
+        ControlPlane, ControlPlaneOptions, KUBERNETES_SERVICE_IP, free_ports, random_token,
+    },
     controller::{CheironProcess, Host, READY_WITHIN, SHARED_CONTROLLER_ARGS},
     process::{Process, log_tail},
     webhook::{WebhookCertificates, WebhookProcess, install_crds, register},
@@ -392,32 +395,57 @@ impl Registry {
             .arg("-cf")
             .arg(&layer)
             .arg("app"))?;
-        let docker = work.path().join("docker");
+        let docker = self.pusher_config(work.path())?;
+        let layer = layer.display().to_string();
+        self.crane(
+            &docker,
+            &["append", "--oci-empty-base", "-f", &layer, "-t", &reference],
+        )?;
+        self.crane(
+            &docker,
+            &[
+                "mutate",
+                &reference,
+                "-t",
+                &reference,
+                "--set-platform",
+                "linux/amd64",
+                "--entrypoint",
+                &format!("/app,{tag}"),
+            ],
+        )?;
+        Ok(reference)
+    }
+
+    /// Pushes the image archive `archive` (as `scripts/image` writes it) as `repository:tag`
+    /// and returns its reference.
+    pub fn push_archive(&self, archive: &Path, repository: &str, tag: &str) -> Result<String> {
+        let reference = format!("{}/{repository}:{tag}", self.host);
+        let work = tempfile::tempdir_in(&self.dir)?;
+        let docker = self.pusher_config(work.path())?;
+        let archive = archive.display().to_string();
+        self.crane(&docker, &["push", &archive, &reference])?;
+        Ok(reference)
+    }
+
+    /// A docker config directory in `dir` with a new password of [`PUSHER`].
+    fn pusher_config(&self, dir: &Path) -> Result<PathBuf> {
+        let docker = dir.join("docker");
         std::fs::create_dir_all(&docker)?;
         let password = self.set_user(PUSHER)?;
         std::fs::write(
             docker.join("config.json"),
             self.docker_config_json(PUSHER, &password),
         )?;
-        let crane = |args: &[&str]| -> Result<()> {
-            run(Command::new(&self.crane)
-                .args(args)
-                .env("DOCKER_CONFIG", &docker)
-                .env("SSL_CERT_FILE", &self.ca_file))
-        };
-        let layer = layer.display().to_string();
-        crane(&["append", "--oci-empty-base", "-f", &layer, "-t", &reference])?;
-        crane(&[
-            "mutate",
-            &reference,
-            "-t",
-            &reference,
-            "--set-platform",
-            "linux/amd64",
-            "--entrypoint",
-            &format!("/app,{tag}"),
-        ])?;
-        Ok(reference)
+        Ok(docker)
+    }
+
+    /// Runs crane with `args`, its credentials in the docker config directory `docker`.
+    fn crane(&self, docker: &Path, args: &[&str]) -> Result<()> {
+        run(Command::new(&self.crane)
+            .args(args)
+            .env("DOCKER_CONFIG", docker)
+            .env("SSL_CERT_FILE", &self.ca_file))
     }
 
     fn check_running(&self) -> Result<()> {
@@ -492,9 +520,17 @@ pub struct NodeCluster {
     pub cheiron_host: Host,
     /// The controller's credential-provider plugin [`SHORT_LIVED`].
     pub short_lived: ShortLivedProvider,
+    /// The kubelet's `--image-credential-provider-bin-dir`, where cheiron's plugin is.
+    pub plugin_bin_dir: PathBuf,
+    /// The kubelet's `--image-credential-provider-config`.
+    pub plugin_config: PathBuf,
+    /// Where cheiron runs in this cluster.
+    pub placement: Placement,
     control_plane: ControlPlane,
-    _webhook: WebhookProcess,
-    _controller: CheironProcess,
+    /// The webhook and controller processes on the host (none with [`Placement::InCluster`]).
+    _cheiron: Option<(WebhookProcess, CheironProcess)>,
+    /// kube-scheduler ([`Placement::InCluster`] only).
+    _scheduler: Option<Process>,
     containerd: Mutex<NodeProcess>,
     kubelet: Mutex<NodeProcess>,
     _janitor: Janitor,
@@ -502,18 +538,78 @@ pub struct NodeCluster {
 
 static NODE_CLUSTER: OnceLock<Result<NodeCluster, String>> = OnceLock::new();
 
+/// Where cheiron runs in a node cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// `cheiron webhook` and `cheiron controller` run on the host (the binary under test), the
+    /// webhook registered by URL; the control plane runs only what those tests need.
+    Host,
+    /// Nothing of cheiron runs: the test installs it in-cluster (its chart, its image). The
+    /// cluster then schedules Pods as a real one does: kube-scheduler runs, and
+    /// kube-controller-manager adds the node-lifecycle (it lifts the node's `not-ready`
+    /// taint), DaemonSet, Job and endpoint controllers; the apiserver reaches webhook Services
+    /// through their endpoints (`--enable-aggregator-routing`, as there is no kube-proxy).
+    InCluster,
+}
+
+/// A node cluster's start, whichever its [`Placement`].
+type Starting = std::pin::Pin<Box<dyn std::future::Future<Output = Result<NodeCluster>>>>;
+
+/// The kube-controller-manager controllers [`Placement::InCluster`] adds.
+const IN_CLUSTER_CONTROLLERS: [&str; 5] = [
+    "node-lifecycle-controller",
+    "daemonset-controller",
+    "job-controller",
+    "endpoints-controller",
+    "endpointslice-controller",
+];
+
 impl NodeCluster {
-    /// The node cluster running `cheiron`, started on the first call (which blocks until it is
-    /// up or has failed; every later call returns the same outcome).
+    /// The node cluster running `cheiron` on the host, started on the first call (which blocks
+    /// until it is up or has failed; every later call returns the same outcome).
     pub fn start(cheiron: Cheiron) -> Result<&'static Self> {
+        Self::start_placed(cheiron, Placement::Host)
+    }
+
+    /// The node cluster without cheiron ([`Placement::InCluster`]), started on the first call.
+    pub fn start_in_cluster(cheiron: Cheiron) -> Result<&'static Self> {
+        Self::start_placed(cheiron, Placement::InCluster)
+    }
+
+    fn start_placed(cheiron: Cheiron, placement: Placement) -> Result<&'static Self> {
         // Before anything else: as another user, say so rather than fail on a side effect.
         require_root()?;
         let cluster = NODE_CLUSTER.get_or_init(|| {
-            super::cluster::start_on_own_thread("node cluster", cheiron, Self::start_in)
+            let start = match placement {
+                Placement::Host => Self::start_host,
+                Placement::InCluster => Self::start_bare,
+            };
+            super::cluster::start_on_own_thread("node cluster", cheiron, start)
         });
-        cluster
+        let cluster = cluster
             .as_ref()
-            .map_err(|e| format!("the node test cluster did not start: {e}").into())
+            .map_err(|e| format!("the node test cluster did not start: {e}"))?;
+        if cluster.placement != placement {
+            return Err(format!(
+                "this test binary's node cluster was started with cheiron {:?}, not {placement:?}",
+                cluster.placement
+            )
+            .into());
+        }
+        Ok(cluster)
+    }
+
+    fn start_host(cheiron: Cheiron, dir: PathBuf) -> Starting {
+        Box::pin(Self::start_in(cheiron, dir, Placement::Host))
+    }
+
+    fn start_bare(cheiron: Cheiron, dir: PathBuf) -> Starting {
+        Box::pin(Self::start_in(cheiron, dir, Placement::InCluster))
+    }
+
+    /// The admin kubeconfig file (`system:masters`), for helm and kubectl.
+    pub fn admin_kubeconfig(&self) -> &Path {
+        &self.control_plane.admin_kubeconfig
     }
 
     /// The client configuration of `admin`.
@@ -542,7 +638,7 @@ impl NodeCluster {
         lines[lines.len().saturating_sub(max)..].join("\n")
     }
 
-    async fn start_in(cheiron: Cheiron, dir: PathBuf) -> Result<Self> {
+    async fn start_in(cheiron: Cheiron, dir: PathBuf, placement: Placement) -> Result<Self> {
         let tools = NodeTools::find()?;
 
         // State the janitor undoes lives in a short directory (unix socket paths are limited).
@@ -565,39 +661,24 @@ impl NodeCluster {
 
         // The kubelet authenticates with a client certificate of this CA.
         let node_pki = NodePki::generate(&dir.join("node-pki"))?;
-        let control_plane = ControlPlane::start_with(
-            &dir,
-            ControlPlaneOptions {
-                apiserver_args: vec![
-                    "--authorization-mode=Node,RBAC".to_owned(),
-                    "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,NodeRestriction,MutatingAdmissionWebhook,ValidatingAdmissionWebhook".to_owned(),
-                    format!("--client-ca-file={}", node_pki.ca_file.display()),
-                ],
-            },
-        )
-        .await?;
+        let mut options = ControlPlaneOptions {
+            apiserver_args: vec![
+                "--authorization-mode=Node,RBAC".to_owned(),
+                "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,NodeRestriction,MutatingAdmissionWebhook,ValidatingAdmissionWebhook".to_owned(),
+                format!("--client-ca-file={}", node_pki.ca_file.display()),
+            ],
+            ..ControlPlaneOptions::default()
+        };
+        if placement == Placement::InCluster {
+            options
+                .apiserver_args
+                .push("--enable-aggregator-routing=true".to_owned());
+            options.extra_controllers = IN_CLUSTER_CONTROLLERS.map(str::to_owned).to_vec();
+        }
+        let control_plane = ControlPlane::start_with(&dir, options).await?;
         let client = Client::try_from(control_plane.admin_config.clone())?;
 
-        // cheiron: CRDs, webhook, registration, controller.
-        install_crds(cheiron, &client).await?;
         let certificates = WebhookCertificates::generate(&dir.join("webhook-tls"))?;
-        let mut webhook = WebhookProcess::start(
-            cheiron,
-            "cheiron webhook",
-            &control_plane.admin_kubeconfig,
-            &certificates.dir,
-            &dir.join("cheiron-webhook.log"),
-        )?;
-        webhook
-            .wait_for_admin_status("/readyz", 200, Duration::from_secs(30))
-            .await?;
-        let mut registration = WebhookRegistration::new(
-            "cheiron-node",
-            WebhookClient::Url(webhook.url()),
-            "cheiron-system",
-        );
-        registration.ca_bundle = Some(certificates.ca_pem.clone().into_bytes());
-        register(&client, &registration.configuration()).await?;
         let host = Host {
             binary: PathBuf::from(cheiron.binary),
             dir: dir.clone(),
@@ -611,19 +692,16 @@ impl NodeCluster {
             &dir.join("controller-credential-providers"),
             &registry.host,
         )?;
-        let config = short_lived.config.display().to_string();
-        let bin = short_lived.bin_dir.display().to_string();
-        let mut args: Vec<&str> = SHARED_CONTROLLER_ARGS.to_vec();
-        args.extend([
-            "--credential-provider-config",
-            &config,
-            "--credential-provider-bin-dir",
-            &bin,
-        ]);
-        let controller = CheironProcess::controller_on(&host, "controller", &args)?;
-        controller
-            .wait_for_admin_status("/readyz", 200, READY_WITHIN)
-            .await?;
+        let (cheiron_processes, scheduler) = match placement {
+            Placement::Host => (
+                Some(
+                    start_cheiron_on_host(cheiron, &client, &host, &certificates, &short_lived)
+                        .await?,
+                ),
+                None,
+            ),
+            Placement::InCluster => (None, Some(start_scheduler(&tools, &dir, &control_plane)?)),
+        };
         let node_mode_host = registry.host.replacen("127.0.0.1", "localhost", 1);
         let node_credentials = dir.join("node-credentials").join("credentials.json");
         let provider = install_credential_provider(
@@ -655,9 +733,12 @@ impl NodeCluster {
             kubelet_root: kubelet_root(&state),
             cheiron_host: host,
             short_lived,
+            plugin_bin_dir: provider.bin_dir,
+            plugin_config: provider.config,
+            placement,
             control_plane,
-            _webhook: webhook,
-            _controller: controller,
+            _cheiron: cheiron_processes,
+            _scheduler: scheduler,
             containerd: Mutex::new(containerd),
             kubelet: Mutex::new(kubelet),
             _janitor: janitor,
@@ -725,6 +806,65 @@ impl NodePki {
         std::fs::write(&pki.key_file, key.serialize_pem())?;
         Ok(pki)
     }
+}
+
+/// Installs the CRDs, starts `cheiron webhook` (registered by URL) and `cheiron controller` on
+/// the host, the controller with the plugin [`SHORT_LIVED`] for the registry.
+async fn start_cheiron_on_host(
+    cheiron: Cheiron,
+    client: &Client,
+    host: &Host,
+    certificates: &WebhookCertificates,
+    short_lived: &ShortLivedProvider,
+) -> Result<(WebhookProcess, CheironProcess)> {
+    install_crds(cheiron, client).await?;
+    let mut webhook = WebhookProcess::start(
+        cheiron,
+        "cheiron webhook",
+        &host.kubeconfig,
+        &certificates.dir,
+        &host.dir.join("cheiron-webhook.log"),
+    )?;
+    webhook
+        .wait_for_admin_status("/readyz", 200, Duration::from_secs(30))
+        .await?;
+    let mut registration = WebhookRegistration::new(
+        "cheiron-node",
+        WebhookClient::Url(webhook.url()),
+        "cheiron-system",
+    );
+    registration.ca_bundle = Some(certificates.ca_pem.clone().into_bytes());
+    register(client, &registration.configuration()).await?;
+    let config = short_lived.config.display().to_string();
+    let bin = short_lived.bin_dir.display().to_string();
+    let mut args: Vec<&str> = SHARED_CONTROLLER_ARGS.to_vec();
+    args.extend([
+        "--credential-provider-config",
+        &config,
+        "--credential-provider-bin-dir",
+        &bin,
+    ]);
+    let controller = CheironProcess::controller_on(host, "controller", &args)?;
+    controller
+        .wait_for_admin_status("/readyz", 200, READY_WITHIN)
+        .await?;
+    Ok((webhook, controller))
+}
+
+/// Starts kube-scheduler, as `admin` (`system:masters`).
+fn start_scheduler(tools: &NodeTools, dir: &Path, control_plane: &ControlPlane) -> Result<Process> {
+    let [port] = free_ports()?;
+    Process::spawn(
+        "kube-scheduler",
+        Command::new(tools.get("kube-scheduler")?)
+            .arg(format!(
+                "--kubeconfig={}",
+                control_plane.admin_kubeconfig.display()
+            ))
+            .args(["--leader-elect=false", "--bind-address=127.0.0.1"])
+            .arg(format!("--secure-port={port}")),
+        &dir.join("kube-scheduler.log"),
+    )
 }
 
 /// Writes the configuration of containerd, the CNI and the kubelet, records what the janitor
@@ -866,8 +1006,23 @@ async fn start_node(
         }
     }
 
+    // The Pods' network: a bridge of ours holding the Pods' gateway and the `kubernetes`
+    // Service's address (there is no kube-proxy), created before containerd so that the CNI
+    // bridge plugin finds it and touches neither its addresses nor iptables nor ip_forward.
+    // Recorded first: the janitor deletes it, and its addresses go with it.
     let bridge = format!("chn{}", &id[..id.len().min(8)]);
     std::fs::write(state.join("bridge"), &bridge)?;
+    let subnet = 200 + (id.bytes().map(u32::from).sum::<u32>() % 50);
+    let gateway = format!("10.213.{subnet}.1");
+    run(Command::new("ip").args(["link", "add", "name", &bridge, "type", "bridge"]))?;
+    for address in [
+        format!("{gateway}/24"),
+        format!("{KUBERNETES_SERVICE_IP}/32"),
+    ] {
+        run(Command::new("ip").args(["addr", "add", &address, "dev", &bridge]))?;
+    }
+    run(Command::new("ip").args(["link", "set", &bridge, "up"]))?;
+    forward_kubernetes_service(&control_plane.server)?;
     let pod_logs = state.join("logs");
     std::fs::create_dir_all(&pod_logs)?;
     std::fs::write(state.join("pod-logs"), pod_logs.display().to_string())?;
@@ -889,11 +1044,10 @@ async fn start_node(
             ),
         )?;
     }
-    let subnet = 200 + (id.bytes().map(u32::from).sum::<u32>() % 50);
     std::fs::write(
         cni_conf.join("10-cheiron.conflist"),
         format!(
-            r#"{{"cniVersion":"0.4.0","name":"cheiron-node","plugins":[{{"type":"bridge","bridge":"{bridge}","isGateway":false,"ipMasq":false,"hairpinMode":false,"ipam":{{"type":"host-local","ranges":[[{{"subnet":"10.213.{subnet}.0/24"}}]],"dataDir":"{ipam}"}}}}]}}"#,
+            r#"{{"cniVersion":"0.4.0","name":"cheiron-node","plugins":[{{"type":"bridge","bridge":"{bridge}","isGateway":false,"ipMasq":false,"hairpinMode":false,"ipam":{{"type":"host-local","ranges":[[{{"subnet":"10.213.{subnet}.0/24","gateway":"{gateway}"}}]],"routes":[{{"dst":"0.0.0.0/0","gw":"{gateway}"}}],"dataDir":"{ipam}"}}}}]}}"#,
             ipam = state.join("cni/ipam").display()
         ),
     )?;
@@ -1076,6 +1230,95 @@ imagePullCredentialsVerificationPolicy: NeverVerifyPreloadedImages
     )?;
     std::fs::write(state.join("kubelet.pid"), kubelet.child.id().to_string())?;
     Ok((containerd, kubelet))
+}
+
+/// Pods reach the apiserver at the `kubernetes` Service, `KUBERNETES_SERVICE_IP:443`
+/// (`KUBERNETES_SERVICE_HOST`), as in a cluster; without kube-proxy that address is the
+/// bridge's, and a thread of this binary forwards each connection to the apiserver on loopback
+/// (TLS passes through: the apiserver's certificate names the Service's address).
+fn forward_kubernetes_service(server: &str) -> Result<()> {
+    let apiserver: SocketAddr = server
+        .strip_prefix("https://")
+        .ok_or_else(|| format!("unexpected apiserver URL {server}"))?
+        .parse()?;
+    let listener = TcpListener::bind((KUBERNETES_SERVICE_IP, 443))
+        .map_err(|e| format!("cannot listen on {KUBERNETES_SERVICE_IP}:443: {e}"))?;
+    std::thread::Builder::new()
+        .name("kubernetes-service".to_owned())
+        .spawn(move || {
+            for pod in listener.incoming().flatten() {
+                if let Ok(upstream) = TcpStream::connect(apiserver) {
+                    let _ = splice(pod, upstream);
+                }
+            }
+        })?;
+    Ok(())
+}
+
+/// Copies bytes both ways between `a` and `b` on two threads, each half closed when its
+/// source ends.
+fn splice(a: TcpStream, b: TcpStream) -> std::io::Result<()> {
+    for (mut from, mut to) in [(a.try_clone()?, b.try_clone()?), (b, a)] {
+        std::thread::Builder::new()
+            .name("kubernetes-service-conn".to_owned())
+            .spawn(move || {
+                let _ = std::io::copy(&mut from, &mut to);
+                let _ = to.shutdown(Shutdown::Write);
+            })?;
+    }
+    Ok(())
+}
+
+/// A mode Node ClusterImagePullSecretManager for every node ([`NodeCluster::apply_node_manager`]).
+pub struct NodeManager {
+    /// The manager as applied.
+    pub object: kube::api::DynamicObject,
+    /// The namespace of its source Secret `registry-password` (key `password`).
+    pub source_ns: String,
+    /// Its registry user.
+    pub user: String,
+    /// That user's password.
+    pub password: String,
+}
+
+impl NodeCluster {
+    /// Applies a mode Node ClusterImagePullSecretManager `name` for every node, whose one
+    /// Secret entry is a new registry user for `host` (a host name of the registry), its
+    /// password in Secret `registry-password` of a new namespace of `scenario`.
+    pub async fn apply_node_manager(
+        &self,
+        scenario: &super::Scenario,
+        name: &str,
+        host: &str,
+    ) -> Result<NodeManager> {
+        let source_ns = scenario.create_namespace(&[], &[]).await?;
+        let user = scenario.unique_name("user");
+        let password = self.registry.set_user(&user)?;
+        scenario
+            .password_secret(&source_ns, "registry-password", &password)
+            .await?;
+        let object = scenario
+            .apply_cluster_manager(
+                &scenario.unique_name(name),
+                &format!(
+                    "  mode: Node
+  nodeSelector: {{}}
+  secrets:
+    - name: node-registry
+      registry: {host}
+      username: {user}
+      passwordSecretRef: {{name: registry-password, key: password, namespace: {source_ns}}}
+"
+                ),
+            )
+            .await?;
+        Ok(NodeManager {
+            object,
+            source_ns,
+            user,
+            password,
+        })
+    }
 }
 
 /// How a Pod's pull ended.
