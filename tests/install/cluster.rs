@@ -379,3 +379,25 @@ pub(super) async fn allowed(client: &Client, user: &str, row: &Row) -> Result<bo
         .await?;
     Ok(answer.status.is_some_and(|s| s.allowed))
 }
+
+/// `kubectl apply -f examples/cluster/` works on the first try: kubectl applies a directory's
+/// files in the order of their names, so the Namespaces the namespaced manager lives in come
+/// first (`00-namespaces.yaml`).
+#[tokio::test]
+async fn kubectl_apply_of_the_cluster_examples_works_on_the_first_try() -> Result {
+    let _s = Scenario::new(CHEIRON, "install-examples").await?;
+    let kubectl = harness::kubectl::Kubectl::shared()?;
+    let examples = repo().join("examples/cluster").display().to_string();
+    let applied = kubectl.ok(&["apply", "-f", &examples], "").await?;
+    for object in [
+        "namespace/team-a",
+        "imagepullsecretmanager.cheiron.anny.co/",
+        "clusterimagepullsecretmanager.cheiron.anny.co/",
+    ] {
+        assert!(applied.contains(object), "{object} not applied:\n{applied}");
+    }
+    kubectl
+        .ok(&["delete", "-f", &examples, "--wait=false"], "")
+        .await?;
+    Ok(())
+}
