@@ -6,6 +6,11 @@ async fn main() -> ExitCode {
     let failure = cli.failure_code();
     match cli.run().await {
         Ok(code) => ExitCode::from(code),
+        // The reader of our output went away (`cheiron crds | head`): stop quietly, with the
+        // status of a process SIGPIPE ended, as kubectl and other Unix tools do.
+        Err(e) if cheiron::cli::is_broken_pipe(&e) => {
+            ExitCode::from(cheiron::cli::BROKEN_PIPE_EXIT)
+        }
         Err(e) => {
             // One clear line, every cause said once.
             eprintln!("cheiron: {}", cheiron::cli::error_line(&e));

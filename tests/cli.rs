@@ -106,7 +106,7 @@ fn mutate_patch_prints_one_json_patch_per_document() -> TestResult {
 }
 
 #[test]
-fn mutate_json_reads_standard_input_and_lists_several_documents() -> TestResult {
+fn mutate_json_reads_standard_input_and_lists_every_document_in_order() -> TestResult {
     let pod = std::fs::read_to_string(root().join("examples/workloads/pod.yaml"))?;
     let sa = std::fs::read_to_string(root().join("examples/workloads/serviceaccount.yaml"))?;
     let input =
@@ -122,7 +122,50 @@ fn mutate_json_reads_standard_input_and_lists_several_documents() -> TestResult 
         .as_array()
         .map(|a| a.iter().filter_map(|i| i["kind"].as_str()).collect())
         .unwrap_or_default();
-    assert_eq!(kinds, ["Pod", "ServiceAccount"]);
+    // The ConfigMap passes through, unchanged.
+    assert_eq!(kinds, ["Pod", "ServiceAccount", "ConfigMap"]);
+    assert_eq!(
+        list["items"][2],
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})
+    );
+    Ok(())
+}
+
+/// `cheiron mutate … | kubectl apply -f -` loses nothing: the YAML stream holds every object
+/// of the input in its order, the ones cheiron does not change as they were.
+#[test]
+fn mutate_yaml_passes_through_the_objects_it_does_not_change() -> TestResult {
+    let pod = std::fs::read_to_string(root().join("examples/workloads/pod.yaml"))?;
+    let input = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: team-a}}\n---\n{pod}---\n\
+         apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: d, namespace: team-a}}\n\
+         spec: {{replicas: 2}}\n"
+    );
+    let out = cheiron(&["mutate", "--from", "examples/cluster", "-"], Some(&input))?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let documents: Vec<Value> = stdout(&out)
+        .split("---\n")
+        .filter(|d| !d.trim().is_empty())
+        .map(serde_saphyr::from_str)
+        .collect::<Result<_, _>>()?;
+    let kinds: Vec<&str> = documents
+        .iter()
+        .filter_map(|d| d["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["Namespace", "Pod", "Deployment"]);
+    assert_eq!(
+        documents[2],
+        serde_json::json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "d", "namespace": "team-a"},
+            "spec": {"replicas": 2}
+        })
+    );
+    assert!(
+        documents[1]["spec"]["imagePullSecrets"].is_array(),
+        "the Pod is mutated"
+    );
     Ok(())
 }
 
@@ -225,7 +268,8 @@ fn controller_without_a_kubeconfig_fails_in_one_line_saying_so_once() -> TestRes
     )?;
     assert_eq!(
         stderr(&out),
-        "cheiron: cannot reach the cluster (set KUBECONFIG or run in a Pod): failed to infer \
+        "cheiron: cannot reach the cluster (set KUBECONFIG or --kubeconfig, or run in a Pod): \
+         failed to infer \
          config: in-cluster: (failed to read an incluster environment variable: environment \
          variable not found), kubeconfig: (failed to read kubeconfig from \
          '\"/nonexistent/kubeconfig\"': No such file or directory (os error 2))\n"
@@ -406,7 +450,7 @@ fn mutate_fails_when_the_input_has_no_pod_or_service_account() -> TestResult {
             "mutate",
             "--from",
             "examples/cluster",
-            "examples/cluster/namespaces.yaml",
+            "examples/cluster/00-namespaces.yaml",
         ],
         None,
     )?;
@@ -769,5 +813,153 @@ fn cargo_install_gives_the_cheiron_binary_and_not_the_tests_fake_plugin() -> Tes
         .filter_map(|t| t["name"].as_str())
         .collect();
     assert_eq!(installed, ["cheiron"]);
+    Ok(())
+}
+
+/// The commit `cheiron` was built from, as build.rs reads it (`git rev-parse --short=12 HEAD`),
+/// or `unknown` outside a git checkout.
+fn built_commit() -> String {
+    Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(root())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+#[test]
+fn version_and_dash_dash_version_name_the_cargo_version_and_the_git_commit() -> TestResult {
+    let line = format!(
+        "cheiron {} (commit {})",
+        env!("CARGO_PKG_VERSION"),
+        built_commit()
+    );
+    for args in [&["--version"][..], &["version"]] {
+        let out = cheiron(args, None)?;
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out).trim_end(), line, "{args:?}");
+    }
+    let out = cheiron(&["version", "-o", "json"], None)?;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: Value = serde_json::from_str(&stdout(&out))?;
+    assert_eq!(
+        json,
+        serde_json::json!({"version": env!("CARGO_PKG_VERSION"), "commit": built_commit()})
+    );
+    Ok(())
+}
+
+#[test]
+fn completion_prints_a_script_for_each_shell_naming_the_subcommands() -> TestResult {
+    for (shell, marker) in [
+        ("bash", "_cheiron()"),
+        ("zsh", "#compdef cheiron"),
+        ("fish", "complete -c cheiron"),
+    ] {
+        let out = cheiron(&["completion", shell], None)?;
+        assert!(out.status.success(), "{shell}: {}", stderr(&out));
+        let script = stdout(&out);
+        assert!(script.contains(marker), "{shell}: no {marker:?}");
+        for word in ["mutate", "explain", "audit", "node-agent", "kubeconfig"] {
+            assert!(script.contains(word), "{shell}: {word} is not completed");
+        }
+    }
+    let out = cheiron(&["completion", "tcsh"], None)?;
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+    assert!(
+        stderr(&out).contains("invalid value 'tcsh'"),
+        "{}",
+        stderr(&out)
+    );
+    Ok(())
+}
+
+/// `cheiron crds | head`: the reader goes away before cheiron writes. No "Broken pipe" error,
+/// the status of a process SIGPIPE ended (141), as kubectl and other Unix tools end.
+#[test]
+fn output_into_a_closed_pipe_ends_quietly_with_the_sigpipe_status() -> TestResult {
+    for args in [
+        &["crds"][..],
+        &[
+            "mutate",
+            "--from",
+            "examples/cluster",
+            "examples/workloads/pod.yaml",
+        ],
+        &["completion", "bash"],
+        &["version"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cheiron"))
+            .args(args)
+            .current_dir(root())
+            .env_remove("CHEIRON_FROM")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        // Closed before cheiron can write: its first write fails with EPIPE.
+        drop(child.stdout.take());
+        let out = child.wait_with_output()?;
+        assert_eq!(stderr(&out), "", "{args:?}");
+        assert_eq!(out.status.code(), Some(141), "{args:?}");
+    }
+    Ok(())
+}
+
+/// kubectl's `--kubeconfig` and `--context`: they win over `KUBECONFIG` and the file's current
+/// context. Here `KUBECONFIG` names no file and the current context a closed port, so only
+/// both flags reach the cluster (the stand-in without the CRDs, whose answer proves it).
+#[test]
+fn kubeconfig_and_context_flags_choose_the_cluster() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = crdless_cluster::kubeconfig(dir.path(), 4)?;
+    let text = std::fs::read_to_string(&kubeconfig)?
+        .replace("current-context: c", "current-context: closed")
+        .replace(
+            "clusters: [",
+            "clusters: [{name: closed, cluster: {server: \"http://127.0.0.1:9\"}}, ",
+        )
+        .replace(
+            "contexts: [",
+            "contexts: [{name: closed, context: {cluster: closed, user: u}}, ",
+        );
+    std::fs::write(&kubeconfig, text)?;
+    let path = kubeconfig.display().to_string();
+    let controller = |extra: &[&str]| {
+        let mut args = vec![
+            "controller",
+            "--no-leader-election",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ];
+        args.extend_from_slice(extra);
+        cheiron_with_kubeconfig(&args, std::path::Path::new("/nonexistent/kubeconfig"))
+    };
+    let out = controller(&["--kubeconfig", &path, "--context", "c"])?;
+    assert_eq!(
+        stderr(&out),
+        "cheiron: the cluster does not serve ImagePullSecretManager \
+         (cheiron.anny.co/v1alpha1): install the CRDs first, e.g. \
+         `cheiron crds | kubectl apply -f -`\n"
+    );
+    // Global flags: before the subcommand too.
+    let out = cheiron_with_kubeconfig(
+        &["--kubeconfig", &path, "--context", "missing", "audit", "-A"],
+        std::path::Path::new("/nonexistent/kubeconfig"),
+    )?;
+    assert_one_line_error(&out, "missing");
+    assert!(
+        stderr(&out).contains(&format!("--kubeconfig {path}")),
+        "{}",
+        stderr(&out)
+    );
+    let out = controller(&["--kubeconfig", "/nonexistent/other"])?;
+    assert_one_line_error(&out, "cannot read --kubeconfig /nonexistent/other");
     Ok(())
 }

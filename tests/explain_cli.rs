@@ -114,7 +114,7 @@ fn explain_without_a_kubeconfig_fails_in_one_line_pointing_at_from() -> TestResu
     let err = String::from_utf8(out.stderr)?;
     assert!(
         err.starts_with(
-            "cheiron: cannot reach the cluster (set KUBECONFIG, run in a Pod, or use --from): "
+            "cheiron: cannot reach the cluster (set KUBECONFIG or --kubeconfig, run in a Pod, or use --from): "
         ),
         "{err}"
     );
@@ -157,7 +157,9 @@ fn audit_without_a_kubeconfig_fails_in_one_line_with_exit_code_2() -> TestResult
     );
     let err = String::from_utf8(out.stderr)?;
     assert!(
-        err.starts_with("cheiron: cannot reach the cluster (set KUBECONFIG or run in a Pod): "),
+        err.starts_with(
+            "cheiron: cannot reach the cluster (set KUBECONFIG or --kubeconfig, or run in a Pod): "
+        ),
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");

@@ -5,7 +5,10 @@ use std::io::Write;
 
 use clap::Args;
 
-use super::explain::{ReportFormat, client};
+use super::{
+    ClusterArgs,
+    explain::{ReportFormat, client},
+};
 use crate::{
     audit::{Finding, cluster::audit},
     explain::render::table,
@@ -40,15 +43,18 @@ pub struct AuditArgs {
 
 impl AuditArgs {
     /// Audits and writes the findings to `out`; true when there are findings.
-    pub async fn run(self, out: &mut dyn Write) -> anyhow::Result<bool> {
+    pub async fn run(self, cluster: &ClusterArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
         let Self {
             namespace,
             all_namespaces,
             output,
             page_size,
         } = self;
-        let (client, default_namespace) =
-            client("cannot reach the cluster (set KUBECONFIG or run in a Pod)").await?;
+        let (client, default_namespace) = client(
+            cluster,
+            "cannot reach the cluster (set KUBECONFIG or --kubeconfig, or run in a Pod)",
+        )
+        .await?;
         let scope = (!all_namespaces).then(|| namespace.unwrap_or(default_namespace));
         let findings = audit(&client, scope.as_deref(), page_size).await?;
         match output {

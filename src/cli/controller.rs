@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use super::{AdminArgs, ServeArgs};
+use super::{AdminArgs, ClusterArgs, ServeArgs};
 use crate::{
     admin::{AdminState, ReadyFlag, serve_admin},
     audit::gauge::{self, Counted},
@@ -485,18 +485,14 @@ async fn after(first: impl Future<Output = ()>, then: impl Future<Output = ()>) 
     then.await;
 }
 
-async fn client() -> anyhow::Result<kube::Client> {
-    kube::Client::try_default()
-        .await
-        .context("cannot reach the cluster (set KUBECONFIG or run in a Pod)")
-}
+/// What a server says when it finds no cluster.
+const NO_CLUSTER: &str =
+    "cannot reach the cluster (set KUBECONFIG or --kubeconfig, or run in a Pod)";
 
 /// The controller's client: its requests paced to what the apiserver serves
 /// ([`crate::runtime::pace`]).
-async fn paced_client() -> anyhow::Result<kube::Client> {
-    let config = kube::Config::infer()
-        .await
-        .context("cannot reach the cluster (set KUBECONFIG or run in a Pod)")?;
+async fn paced_client(cluster: &ClusterArgs) -> anyhow::Result<kube::Client> {
+    let config = cluster.config(NO_CLUSTER).await?;
     let pace = Arc::new(Pace::new(MAX_API_REQUESTS_IN_FLIGHT));
     pace::paced_client(config, pace).context("cannot build the Kubernetes client")
 }
@@ -512,9 +508,13 @@ pub struct ControllerCommand {
 
 impl ControllerCommand {
     /// Runs the controller and its admin server until `shutdown`.
-    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+    pub async fn run(
+        self,
+        cluster: &ClusterArgs,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
         let Self { admin, controller } = self;
-        let client = paced_client().await?;
+        let client = paced_client(cluster).await?;
         // Before the first log line: a cluster without the CRDs is one line on stderr.
         crate::api::ensure_crds(&client).await?;
         let (admin_listen, metrics_access) = admin.resolve(Some(&client)).await?;
@@ -550,12 +550,16 @@ pub struct RunCommand {
 
 impl RunCommand {
     /// Runs both until `shutdown`.
-    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+    pub async fn run(
+        self,
+        cluster: &ClusterArgs,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
         let Self {
             webhook,
             controller,
         } = self;
-        let client = client().await?;
+        let client = cluster.client(NO_CLUSTER).await?;
         // Bound first, before the controller and the source start and log: a failure to
         // listen is then one line.
         let prepared = webhook.prepare(Some(&client)).await?;
@@ -563,7 +567,7 @@ impl RunCommand {
         let ready = Arc::new(ReadyFlag::default());
         let controller_task = {
             // The webhook's reads are not paced behind the controller's writes.
-            let client = paced_client().await?;
+            let client = paced_client(cluster).await?;
             let (metrics, shutdown) = (metrics.clone(), shutdown.clone());
             tokio::spawn(async move { controller.run(client, metrics, ready, shutdown).await })
         };

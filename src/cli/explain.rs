@@ -6,6 +6,7 @@ use std::{io::Write, path::PathBuf};
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 
+use super::ClusterArgs;
 use crate::{
     admission::interpret,
     explain::{Explanation, explain, render, source},
@@ -59,8 +60,11 @@ fn kind(word: &str) -> anyhow::Result<SubjectKind> {
 }
 
 /// A client from the kubeconfig (or the Pod's ServiceAccount) and its default namespace.
-pub(super) async fn client(hint: &'static str) -> anyhow::Result<(kube::Client, String)> {
-    let config = kube::Config::infer().await.context(hint)?;
+pub(super) async fn client(
+    cluster: &ClusterArgs,
+    hint: &'static str,
+) -> anyhow::Result<(kube::Client, String)> {
+    let config = cluster.config(hint).await?;
     let namespace = config.default_namespace.clone();
     let client = kube::Client::try_from(config).context("cannot build the Kubernetes client")?;
     Ok((client, namespace))
@@ -68,7 +72,7 @@ pub(super) async fn client(hint: &'static str) -> anyhow::Result<(kube::Client, 
 
 impl ExplainArgs {
     /// Explains the object(s) and writes the report to `out`.
-    pub async fn run(self, out: &mut dyn Write) -> anyhow::Result<()> {
+    pub async fn run(self, cluster: &ClusterArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         let Self {
             from,
             namespace,
@@ -80,9 +84,12 @@ impl ExplainArgs {
                 bail!("give pod NAME or serviceaccount NAME (or --from PATH FILE offline)");
             };
             let kind = kind(word)?;
-            let (client, default_namespace) =
-                client("cannot reach the cluster (set KUBECONFIG, run in a Pod, or use --from)")
-                    .await?;
+            let (client, default_namespace) = client(
+                cluster,
+                "cannot reach the cluster (set KUBECONFIG or --kubeconfig, run in a Pod, or \
+                     use --from)",
+            )
+            .await?;
             let namespace = namespace.unwrap_or(default_namespace);
             vec![source::live(&client, kind, &namespace, name).await?]
         } else {

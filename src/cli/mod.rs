@@ -2,6 +2,7 @@
 //! field, so a new flag cannot be silently ignored.
 
 mod audit;
+mod cluster;
 mod controller;
 mod credential_provider;
 mod explain;
@@ -13,6 +14,7 @@ mod webhook;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use audit::AuditArgs;
+pub use cluster::ClusterArgs;
 pub use controller::{ControllerArgs, ControllerCommand, RunCommand};
 pub use credential_provider::CredentialProviderArgs;
 pub use explain::{ExplainArgs, ReportFormat};
@@ -47,6 +49,19 @@ pub fn error_line(error: &anyhow::Error) -> String {
     line.replace('\n', " ")
 }
 
+/// The exit status when the reader of the output closed it early: 128 + SIGPIPE (13), what a
+/// shell reports for a process SIGPIPE ended (Rust ignores SIGPIPE, so a write fails instead).
+pub const BROKEN_PIPE_EXIT: u8 = 141;
+
+/// Whether `error` comes from writing to a pipe whose reader has gone (`| head`).
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 /// A token cancelled on the first SIGTERM or SIGINT.
 fn shutdown_on_signal() -> anyhow::Result<CancellationToken> {
     let token = CancellationToken::new();
@@ -63,12 +78,23 @@ fn shutdown_on_signal() -> anyhow::Result<CancellationToken> {
     Ok(token)
 }
 
+/// `0.1.0 (commit 0123456789ab)`: the Cargo version and the git commit built from
+/// (`unknown` outside a git checkout; build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("CHEIRON_GIT_COMMIT"),
+    ")"
+);
+
 /// Distributes registry pull secrets to every Pod that should have them, at admission.
 #[derive(Parser, Debug)]
-#[command(name = "cheiron", version, about, long_about = None)]
+#[command(name = "cheiron", version = VERSION, about, long_about = None)]
 pub struct Cli {
     #[command(flatten)]
     log: LogArgs,
+    #[command(flatten)]
+    cluster: ClusterArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -96,21 +122,62 @@ enum Command {
     /// Keep this node's credentials file (and optionally the kubelet's config.json) in step
     /// with the mode Node managers selecting it.
     NodeAgent(NodeAgentArgs),
+    /// Print the version and the git commit this binary was built from.
+    Version {
+        /// `text` (`cheiron 0.1.0 (commit …)`) or `json` (`{"version": …, "commit": …}`).
+        #[arg(long, short = 'o', value_enum, default_value_t = VersionFormat::Text)]
+        output: VersionFormat,
+    },
+    /// Print a shell completion script, e.g. `source <(cheiron completion bash)`.
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// What `cheiron version` prints.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum VersionFormat {
+    /// One line, as `--version` prints it.
+    Text,
+    /// A JSON object with `version` and `commit`.
+    Json,
 }
 
 /// The file name under which kubectl finds cheiron as a plugin (`kubectl cheiron …`).
 pub const KUBECTL_PLUGIN_NAME: &str = "kubectl-cheiron";
 
+/// Whether this process runs as `kubectl-cheiron` (a symlink kubectl finds on the PATH).
+fn invoked_as_kubectl_plugin() -> bool {
+    std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n == KUBECTL_PLUGIN_NAME))
+        .unwrap_or(false)
+}
+
+/// Writes what `cheiron version` prints.
+fn print_version(format: VersionFormat, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+    match format {
+        VersionFormat::Text => writeln!(out, "cheiron {VERSION}")?,
+        VersionFormat::Json => writeln!(
+            out,
+            "{}",
+            serde_json::json!({
+                "version": env!("CARGO_PKG_VERSION"),
+                "commit": env!("CHEIRON_GIT_COMMIT"),
+            })
+        )?,
+    }
+    out.flush().map_err(Into::into)
+}
+
 impl Cli {
     /// Parses the process's arguments. Invoked as `kubectl-cheiron` (a symlink kubectl finds
     /// on the PATH), help and errors name the command `kubectl cheiron`.
     pub fn parse_env() -> Self {
-        let plugin = std::env::args_os()
-            .next()
-            .map(PathBuf::from)
-            .and_then(|p| p.file_name().map(|n| n == KUBECTL_PLUGIN_NAME))
-            .unwrap_or(false);
-        if !plugin {
+        if !invoked_as_kubectl_plugin() {
             return Self::parse();
         }
         let matches = Self::command().bin_name("kubectl cheiron").get_matches();
@@ -127,25 +194,45 @@ impl Cli {
 
     /// Runs the chosen command; returns the exit code of a success (`audit`: 1 with findings).
     pub async fn run(self) -> anyhow::Result<u8> {
-        let Self { log, command } = self;
+        let Self {
+            log,
+            cluster,
+            command,
+        } = self;
         log.init()?;
         match command {
-            Command::Webhook(args) => args.run(shutdown_on_signal()?).await,
-            Command::Controller(args) => (*args).run(shutdown_on_signal()?).await,
-            Command::Run(args) => (*args).run(shutdown_on_signal()?).await,
+            Command::Webhook(args) => args.run(&cluster, shutdown_on_signal()?).await,
+            Command::Controller(args) => (*args).run(&cluster, shutdown_on_signal()?).await,
+            Command::Run(args) => (*args).run(&cluster, shutdown_on_signal()?).await,
             Command::Mutate(args) => args.run(&mut std::io::stdout().lock()),
-            Command::Explain(args) => args.run(&mut std::io::stdout()).await,
+            Command::Explain(args) => args.run(&cluster, &mut std::io::stdout()).await,
             Command::Audit(args) => {
-                return Ok(u8::from(args.run(&mut std::io::stdout()).await?));
+                return Ok(u8::from(args.run(&cluster, &mut std::io::stdout()).await?));
             }
             Command::Crds => {
-                print!("{}", crate::api::crds_yaml()?);
-                Ok(())
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                out.write_all(crate::api::crds_yaml()?.as_bytes())?;
+                out.flush().map_err(Into::into)
             }
             Command::Manifests(args) => args.run(&mut std::io::stdout().lock()),
-            Command::NodeAgent(args) => args.run(shutdown_on_signal()?).await,
+            Command::NodeAgent(args) => args.run(&cluster, shutdown_on_signal()?).await,
             Command::CredentialProvider(args) => {
                 args.run(&mut std::io::stdin().lock(), &mut std::io::stdout().lock())
+            }
+            Command::Version { output } => print_version(output, &mut std::io::stdout().lock()),
+            Command::Completion { shell } => {
+                let name = if invoked_as_kubectl_plugin() {
+                    KUBECTL_PLUGIN_NAME
+                } else {
+                    "cheiron"
+                };
+                // Into memory first: clap_complete panics when its writer fails (`| head`).
+                let mut script = Vec::new();
+                clap_complete::generate(shell, &mut Self::command(), name, &mut script);
+                let mut out = std::io::stdout().lock();
+                std::io::Write::write_all(&mut out, &script)?;
+                std::io::Write::flush(&mut out).map_err(Into::into)
             }
         }
         .map(|()| 0)

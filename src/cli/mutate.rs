@@ -20,12 +20,14 @@ use crate::{
 /// What `cheiron mutate` prints.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
-    /// The mutated objects as a YAML stream.
+    /// Every object of the input as a YAML stream, in order: Pods and ServiceAccounts mutated,
+    /// the others as they were (so `cheiron mutate … | kubectl apply -f -` loses nothing).
     #[default]
     Yaml,
-    /// The mutated object as JSON (a `v1/List` when there are several).
+    /// The same objects as JSON (a `v1/List` when there are several).
     Json,
-    /// One RFC 6902 JSON Patch per object and line (`[]` when nothing changes).
+    /// One RFC 6902 JSON Patch per Pod or ServiceAccount and line (`[]` when nothing changes);
+    /// other objects get no line.
     Patch,
 }
 
@@ -52,10 +54,11 @@ pub struct MutateArgs {
     file: PathBuf,
 }
 
-/// One Pod or ServiceAccount document and what cheiron makes of it.
+/// One document of the input and what cheiron makes of it.
 struct Mutated {
     object: Value,
-    patch: json_patch::Patch,
+    /// The patch of a Pod or ServiceAccount; `None` for any other object, passed through.
+    patch: Option<json_patch::Patch>,
 }
 
 impl MutateArgs {
@@ -89,11 +92,17 @@ impl MutateArgs {
             let kind = match (object["apiVersion"].as_str(), object["kind"].as_str()) {
                 (Some("v1"), Some("Pod")) => SubjectKind::Pod,
                 (Some("v1"), Some("ServiceAccount")) => SubjectKind::ServiceAccount,
+                _ if object.is_null() => continue,
                 (_, kind) => {
                     tracing::debug!(
-                        "{label}: document {number} is a {}, not a Pod or ServiceAccount; skipped",
+                        "{label}: document {number} is a {}, not a Pod or ServiceAccount; \
+                         passed through",
                         kind.unwrap_or("document without a kind")
                     );
+                    results.push(Mutated {
+                        object,
+                        patch: None,
+                    });
                     continue;
                 }
             };
@@ -111,10 +120,10 @@ impl MutateArgs {
                 .with_context(|| format!("{label}: document {number}: patch does not apply"))?;
             results.push(Mutated {
                 object,
-                patch: mutation.patch,
+                patch: Some(mutation.patch),
             });
         }
-        if results.is_empty() {
+        if results.iter().all(|r| r.patch.is_none()) {
             bail!("{label}: no Pod or ServiceAccount documents (apiVersion v1)");
         }
         write_results(out, output, results)
@@ -162,8 +171,8 @@ fn write_results(
             writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
         }
         OutputFormat::Patch => {
-            for r in results {
-                writeln!(out, "{}", serde_json::to_string(&r.patch)?)?;
+            for patch in results.into_iter().filter_map(|r| r.patch) {
+                writeln!(out, "{}", serde_json::to_string(&patch)?)?;
             }
         }
     }

@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use super::AdminArgs;
+use super::{AdminArgs, ClusterArgs};
 use crate::{
     admin::{AdminState, ReadyFlag, serve_admin},
     credential::duration,
@@ -98,7 +98,11 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 
 impl NodeAgentArgs {
     /// Runs the agent until `shutdown`.
-    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+    pub async fn run(
+        self,
+        cluster: &ClusterArgs,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
         let Self {
             admin,
             node_name,
@@ -135,9 +139,9 @@ impl NodeAgentArgs {
             tracing::info!(node = node_name, "credential-provider plugin installed");
             return Ok(());
         }
-        let client = kube::Client::try_default()
-            .await
-            .context("cannot build the Kubernetes client")?;
+        let client = cluster
+            .client("cannot reach the cluster (set KUBECONFIG or --kubeconfig, or run in a Pod)")
+            .await?;
         let config = AgentConfig {
             node_name,
             namespace: pod_namespace.unwrap_or_else(|| client.default_namespace().to_owned()),

@@ -6,6 +6,7 @@ use anyhow::Context;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
+use super::ClusterArgs;
 use crate::{
     admin::{CacheLimits, MetricsAccess, MetricsAuth, access::DEFAULT_CACHE_SIZE},
     metrics::Metrics,
@@ -357,13 +358,20 @@ fn parse_bytes(text: &str) -> Result<usize, String> {
 
 impl WebhookArgs {
     /// Serves until `shutdown` is cancelled and connections have drained.
-    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+    pub async fn run(
+        self,
+        cluster: &ClusterArgs,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
         let Self { serve, from } = self;
         let metrics = Arc::new(Metrics::new());
         if from.is_empty() {
-            let client = kube::Client::try_default().await.context(
-                "cannot reach the cluster (set KUBECONFIG, run in a Pod, or use --from for static mode)",
-            )?;
+            let client = cluster
+                .client(
+                    "cannot reach the cluster (set KUBECONFIG or --kubeconfig, run in a Pod, or \
+                     use --from for static mode)",
+                )
+                .await?;
             // Bound first: the source logs what it found out about this identity, and a
             // failure after that line would be two lines.
             let prepared = serve.prepare(Some(&client)).await?;
@@ -374,7 +382,21 @@ impl WebhookArgs {
             let source = FileSource::load(&from)?;
             // Debug: an info line here would come before a start-up failure's one line.
             tracing::debug!(paths = ?from, "static mode");
-            serve.run(Arc::new(source), None, metrics, shutdown).await?;
+            // Static mode talks to a cluster only to review /metrics tokens.
+            let client = match serve.admin.metrics_auth {
+                MetricsAuth::Kubernetes => Some(
+                    cluster
+                        .client(
+                            "--metrics-auth kubernetes reviews tokens with the apiserver, which \
+                             cannot be reached (set KUBECONFIG or --kubeconfig, or run in a Pod)",
+                        )
+                        .await?,
+                ),
+                MetricsAuth::None => None,
+            };
+            serve
+                .run(Arc::new(source), client.as_ref(), metrics, shutdown)
+                .await?;
         }
         Ok(())
     }

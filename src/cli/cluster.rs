@@ -1,0 +1,56 @@
+//! Which cluster a command talks to: kubectl's global `--kubeconfig` and `--context`. Without
+//! either, the client is inferred as kubectl and client-go do: `$KUBECONFIG` or
+//! `~/.kube/config`, else the Pod's ServiceAccount (how the chart's Pods run).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+/// `--kubeconfig` and `--context`, accepted by every command (offline ones ignore them).
+#[derive(Args, Clone, Debug, Default)]
+pub struct ClusterArgs {
+    /// The kubeconfig file to use (default: $KUBECONFIG, ~/.kube/config, or the Pod's
+    /// ServiceAccount).
+    #[arg(long, global = true, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long, global = true, value_name = "NAME")]
+    context: Option<String>,
+}
+
+impl ClusterArgs {
+    /// The client configuration; `hint` says how to give one when there is none.
+    pub async fn config(&self, hint: &'static str) -> anyhow::Result<kube::Config> {
+        let Self {
+            kubeconfig,
+            context,
+        } = self;
+        if kubeconfig.is_none() && context.is_none() {
+            return kube::Config::infer().await.context(hint);
+        }
+        let options = KubeConfigOptions {
+            context: context.clone(),
+            ..KubeConfigOptions::default()
+        };
+        match kubeconfig {
+            Some(path) => {
+                let file = Kubeconfig::read_from(path)
+                    .with_context(|| format!("cannot read --kubeconfig {}", path.display()))?;
+                kube::Config::from_custom_kubeconfig(file, &options)
+                    .await
+                    .with_context(|| format!("--kubeconfig {}", path.display()))
+            }
+            None => kube::Config::from_kubeconfig(&options).await.context(
+                "cannot use --context with the kubeconfig of $KUBECONFIG or ~/.kube/config",
+            ),
+        }
+    }
+
+    /// A client of [`ClusterArgs::config`].
+    pub async fn client(&self, hint: &'static str) -> anyhow::Result<kube::Client> {
+        kube::Client::try_from(self.config(hint).await?)
+            .context("cannot build the Kubernetes client")
+    }
+}
