@@ -38,6 +38,13 @@ pub const METRICS_AUTH: &str = "cheiron-metrics-auth";
 /// With `--metrics-auth kubernetes`: the ClusterRole to bind to whoever scrapes `/metrics`
 /// (`get` on the non-resource URL); cheiron binds it to no one.
 pub const METRICS_READER: &str = "cheiron-metrics-reader";
+/// Aggregated into the built-in `admin` and `edit` ClusterRoles: manage the namespaced managers
+/// of the namespaces those are bound in ([`super::rbac::manager_edit_rules`]).
+pub const MANAGER_EDIT: &str = "cheiron-manager-edit";
+/// Aggregated into the built-in `view` ClusterRole: read the namespaced managers.
+pub const MANAGER_VIEW: &str = "cheiron-manager-view";
+/// The label that aggregates a ClusterRole into the built-in one named after it.
+pub const AGGREGATE_TO: &str = "rbac.authorization.k8s.io/aggregate-to-";
 /// Port the Service exposes to the apiserver.
 pub const SERVICE_PORT: i32 = 443;
 /// Container port of `--listen` (HTTPS, POST /mutate) unless [`WebhookNetwork::port`] says

@@ -16,8 +16,9 @@ use super::{
     WebhookClient, WebhookRegistration, certificates,
     credential_providers::TOKENS as CREDENTIAL_PROVIDER_TOKENS,
     installation::{
-        CERTIFICATES, CONTROLLER, DeploymentMode, Install, LEASE, METRICS_AUTH, METRICS_READER,
-        MetricsAuth, NAME, SERVICE_PORT, TLS_SECRET, WEBHOOK, Workload,
+        AGGREGATE_TO, CERTIFICATES, CONTROLLER, DeploymentMode, Install, LEASE, MANAGER_EDIT,
+        MANAGER_VIEW, METRICS_AUTH, METRICS_READER, MetricsAuth, NAME, SERVICE_PORT, TLS_SECRET,
+        WEBHOOK, Workload,
     },
     network_policy, rbac,
     setup::{CredentialProviderSetup, FleetSetup},
@@ -270,6 +271,27 @@ impl Install {
                 aggregation_rule: None,
             })?);
         }
+        for (name, rules, roles) in [
+            (
+                MANAGER_EDIT,
+                rbac::manager_edit_rules(),
+                &["admin", "edit"][..],
+            ),
+            (MANAGER_VIEW, rbac::manager_view_rules(), &["view"]),
+        ] {
+            let mut metadata = self.cluster_meta(name, "rbac");
+            for role in roles {
+                metadata
+                    .labels
+                    .get_or_insert_default()
+                    .insert(format!("{AGGREGATE_TO}{role}"), "true".to_owned());
+            }
+            objects.push(to_value(&ClusterRole {
+                metadata,
+                rules: Some(rules),
+                aggregation_rule: None,
+            })?);
+        }
         if let Some(providers) = &self.credential_providers {
             objects.extend(self.credential_provider_objects(providers, controller_identity)?);
         }
@@ -432,6 +454,8 @@ mod tests {
                 ("ClusterRoleBinding", "cheiron-controller"),
                 ("Role", "cheiron-leader-election"),
                 ("RoleBinding", "cheiron-leader-election"),
+                ("ClusterRole", "cheiron-manager-edit"),
+                ("ClusterRole", "cheiron-manager-view"),
                 ("Service", "cheiron"),
                 ("Service", "cheiron-controller"),
                 ("Deployment", "cheiron-webhook"),
@@ -460,12 +484,48 @@ mod tests {
                 ("ClusterRoleBinding", "cheiron-controller"),
                 ("Role", "cheiron-leader-election"),
                 ("RoleBinding", "cheiron-leader-election"),
+                ("ClusterRole", "cheiron-manager-edit"),
+                ("ClusterRole", "cheiron-manager-view"),
                 ("Service", "cheiron"),
                 ("Deployment", "cheiron"),
                 ("PodDisruptionBudget", "cheiron"),
                 ("NetworkPolicy", "cheiron"),
                 ("MutatingWebhookConfiguration", "cheiron"),
             ]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn manager_roles_aggregate_into_the_built_in_roles_and_are_bound_to_no_one()
+    -> Result<(), ManifestError> {
+        let objects = Install::default().server_objects()?;
+        let labels = |name: &str| -> Vec<String> {
+            objects
+                .iter()
+                .filter(|o| o["metadata"]["name"] == name)
+                .flat_map(|o| o["metadata"]["labels"].as_object().cloned())
+                .flatten()
+                .filter_map(|(k, v)| (v == "true").then_some(k))
+                .collect()
+        };
+        assert_eq!(
+            labels(MANAGER_EDIT),
+            [
+                "rbac.authorization.k8s.io/aggregate-to-admin",
+                "rbac.authorization.k8s.io/aggregate-to-edit"
+            ]
+        );
+        assert_eq!(
+            labels(MANAGER_VIEW),
+            ["rbac.authorization.k8s.io/aggregate-to-view"]
+        );
+        assert!(
+            !objects
+                .iter()
+                .any(|o| o["roleRef"]["name"] == MANAGER_EDIT
+                    || o["roleRef"]["name"] == MANAGER_VIEW),
+            "aggregated, never bound"
         );
         Ok(())
     }

@@ -155,6 +155,27 @@ pub fn metrics_reader_rules() -> Vec<PolicyRule> {
     }]
 }
 
+/// What the built-in `admin` and `edit` ClusterRoles gain (aggregated, label
+/// `rbac.authorization.k8s.io/aggregate-to-admin`/`-edit`): managing the namespaced
+/// `ImagePullSecretManager`s of the namespaces they are bound in. A namespaced manager reads
+/// Secrets of its own namespace only, which these roles can read anyway. Not its `status` (the
+/// controller's), and nothing cluster-scoped.
+pub fn manager_edit_rules() -> Vec<PolicyRule> {
+    vec![rule(
+        GROUP,
+        &[MANAGERS[0]],
+        &[
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ],
+    )]
+}
+
+/// What the built-in `view` ClusterRole gains (aggregated): reading namespaced managers, their
+/// status included.
+pub fn manager_view_rules() -> Vec<PolicyRule> {
+    vec![rule(GROUP, &[MANAGERS[0]], &["get", "list", "watch"])]
+}
+
 /// KEP-4412 credential providers (`crates/cheiron-credential/src/token.rs`): `create` on
 /// `serviceaccounts/token`, the TokenRequest the controller makes for the ServiceAccount a
 /// manager's `credentialProvider.serviceAccountName` names. Limited to `names` when given (the
@@ -247,6 +268,8 @@ mod tests {
             certificates_webhook_rules("cheiron"),
             metrics_auth_rules(),
             metrics_reader_rules(),
+            manager_edit_rules(),
+            manager_view_rules(),
             node_agent_rules(),
             node_agent_report_rules(),
             node_agent_secret_rules(),

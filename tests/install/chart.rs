@@ -354,7 +354,7 @@ fn chart_rbac_is_the_plain_manifests_rbac_in_both_modes() -> Result {
     ] {
         let plain = access(&plain);
         let chart = access(&render(&values)?);
-        assert_eq!(plain.len(), 10, "{mode}: {plain:#?}");
+        assert_eq!(plain.len(), 12, "{mode}: {plain:#?}");
         for (p, c) in plain.iter().zip(&chart) {
             assert_eq!(
                 p, c,

@@ -445,3 +445,70 @@ async fn cheiron_certs_create_and_patch_work_with_only_their_rbac() -> Result {
     );
     Ok(())
 }
+
+/// The built-in roles a namespace owner holds gain cheiron's aggregated ClusterRoles
+/// (`cheiron-manager-edit`, `cheiron-manager-view`; kube-controller-manager's
+/// clusterrole-aggregation controller fills them in): `admin` and `edit` bound in a namespace
+/// manage its ImagePullSecretManagers, `view` reads them; none of them reaches another
+/// namespace, a manager's status (the controller's) or the cluster-scoped managers.
+#[tokio::test]
+async fn namespace_admin_and_edit_manage_its_managers_and_view_reads_them() -> Result {
+    let s = Scenario::new(CHEIRON, "install-rbac-aggregated").await?;
+    installed(s.client()).await?;
+    // Rows are 'static: leak the two names (once per test run).
+    let ns: &'static str = Box::leak(s.create_namespace(&[], &[]).await?.into_boxed_str());
+    let other: &'static str = Box::leak(s.create_namespace(&[], &[]).await?.into_boxed_str());
+    let users = [
+        ("admin", "tenant-admin"),
+        ("edit", "tenant-editor"),
+        ("view", "tenant-viewer"),
+    ];
+    for (role, user) in users {
+        let binding: k8s_openapi::api::rbac::v1::RoleBinding =
+            serde_json::from_value(serde_json::json!({
+                "metadata": { "name": user, "namespace": ns },
+                "roleRef": { "apiGroup": RBAC, "kind": "ClusterRole", "name": role },
+                "subjects": [{ "apiGroup": RBAC, "kind": "User", "name": user }],
+            }))?;
+        Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(s.client().clone(), ns)
+            .create(&Default::default(), &binding)
+            .await?;
+    }
+    let manage: Vec<Row> = [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ]
+    .into_iter()
+    .map(|verb| (verb, G, IPSM, ns, "", "aggregated into admin and edit"))
+    .collect();
+    let read: Vec<Row> = ["get", "list", "watch"]
+        .into_iter()
+        .map(|verb| (verb, G, IPSM, ns, "", "aggregated into view"))
+        .collect();
+    #[rustfmt::skip]
+    let nobody: &[Row] = &[
+        ("create", G, IPSM, other, "", "only the namespace bound in"),
+        ("list",   G, IPSM, "",    "", "not across namespaces"),
+        ("patch",  G, "imagepullsecretmanagers/status", ns, "m", "the status is the controller's"),
+        ("create", G, CIPSM, "", "", "cluster managers stay the cluster admin's"),
+        ("list",   G, CIPSM, "", "", "cluster managers stay the cluster admin's"),
+    ];
+    // The aggregation controller fills the built-in roles in shortly after the install.
+    until(
+        "admin to gain cheiron-manager-edit",
+        Duration::from_secs(30),
+        || async {
+            allowed(s.client(), "tenant-admin", &manage[3])
+                .await
+                .ok()
+                .filter(|allowed| *allowed)
+        },
+    )
+    .await?;
+    for user in ["tenant-admin", "tenant-editor"] {
+        expect(s.client(), user, true, &manage).await?;
+        expect(s.client(), user, false, nobody).await?;
+    }
+    expect(s.client(), "tenant-viewer", true, &read).await?;
+    expect(s.client(), "tenant-viewer", false, &manage[3..]).await?;
+    expect(s.client(), "tenant-viewer", false, nobody).await
+}

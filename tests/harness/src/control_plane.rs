@@ -36,8 +36,10 @@ const SERVICE_CIDR: &str = "10.0.0.0/24";
 pub const KUBERNETES_SERVICE_IP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 0, 0, 1);
 
 /// The controllers kube-controller-manager runs by default here. deployment and replicaset:
-/// Pods created from a Deployment's template, as in a GitOps rollout (tests/controller/gitops.rs).
-const CONTROLLERS: &str = "garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,deployment-controller,replicaset-controller";
+/// Pods created from a Deployment's template, as in a GitOps rollout (tests/controller/gitops.rs);
+/// clusterrole-aggregation: cheiron's ClusterRoles aggregated into admin, edit and view
+/// (tests/install/rbac.rs).
+const CONTROLLERS: &str = "garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,deployment-controller,replicaset-controller,clusterrole-aggregation-controller";
 
 /// What a test may change about the control plane it starts.
 #[derive(Clone, Debug, Default)]
