@@ -518,7 +518,7 @@ impl ControllerCommand {
         // Before the first log line: a cluster without the CRDs is one line on stderr.
         crate::api::ensure_crds(&client).await?;
         let (admin_listen, metrics_access) = admin.resolve(Some(&client)).await?;
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(super::process_metrics());
         let ready = Arc::new(ReadyFlag::default());
         let admin = AdminState::new(ready.clone(), metrics.clone())
             .with_shutdown(shutdown.clone())
@@ -563,7 +563,7 @@ impl RunCommand {
         // Bound first, before the controller and the source start and log: a failure to
         // listen is then one line.
         let prepared = webhook.prepare(Some(&client)).await?;
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(super::process_metrics());
         let ready = Arc::new(ReadyFlag::default());
         let controller_task = {
             // The webhook's reads are not paced behind the controller's writes.

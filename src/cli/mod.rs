@@ -157,6 +157,13 @@ fn invoked_as_kubectl_plugin() -> bool {
         .unwrap_or(false)
 }
 
+/// The metrics of a serving process: cheiron's, `process_*`, and `cheiron_build_info` naming
+/// this binary's version and commit.
+fn process_metrics() -> crate::metrics::Metrics {
+    crate::metrics::Metrics::new()
+        .with_build_info(env!("CARGO_PKG_VERSION"), env!("CHEIRON_GIT_COMMIT"))
+}
+
 /// Writes what `cheiron version` prints.
 fn print_version(format: VersionFormat, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
     match format {

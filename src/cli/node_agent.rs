@@ -11,7 +11,6 @@ use super::{AdminArgs, ClusterArgs};
 use crate::{
     admin::{AdminState, ReadyFlag, serve_admin},
     credential::duration,
-    metrics::Metrics,
     node::{
         agent::{self, AgentConfig},
         install::Install,
@@ -151,7 +150,7 @@ impl NodeAgentArgs {
             resync,
         };
         let (admin_listen, metrics_access) = admin.resolve(Some(&client)).await?;
-        let mut metrics = Metrics::new();
+        let mut metrics = super::process_metrics();
         let node_metrics = NodeMetrics::register(&mut metrics);
         let ready = Arc::new(ReadyFlag::default());
         let admin = AdminState::new(ready.clone(), Arc::new(metrics))

@@ -364,7 +364,7 @@ impl WebhookArgs {
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
         let Self { serve, from } = self;
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(super::process_metrics());
         if from.is_empty() {
             let client = cluster
                 .client(

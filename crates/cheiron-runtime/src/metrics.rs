@@ -4,6 +4,7 @@
 //! create new time series.
 
 mod operations;
+mod process;
 
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use prometheus_client::{
 use crate::{admission::Outcome, policy::ManagerKind};
 
 pub use operations::{ManagerReadiness, Operations};
+pub use process::ProcessCollector;
 
 /// The `Content-Type` of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -254,10 +256,20 @@ impl ReconcileMetrics {
     }
 }
 
-/// All of cheiron's metrics, registered under the `cheiron_` prefix.
+/// Labels of `cheiron_build_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    commit: &'static str,
+}
+
+/// All of cheiron's metrics, registered under the `cheiron_` prefix, and the standard
+/// unprefixed `process_*` ones ([`ProcessCollector`]).
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// `process_*`, without the prefix.
+    process: Registry,
     /// Webhook metrics.
     pub admission: AdmissionMetrics,
     /// Controller metrics.
@@ -567,8 +579,11 @@ impl Metrics {
             fleet.connections.clone(),
         );
 
+        let mut process = Registry::default();
+        process.register_collector(Box::new(ProcessCollector));
         Self {
             registry,
+            process,
             admission,
             reconcile,
             connections,
@@ -585,10 +600,26 @@ impl Metrics {
         &mut self.registry
     }
 
+    /// Adds `cheiron_build_info{version, commit}`, always 1: what the binary serving the
+    /// metrics was built from (the version and commit `cheiron version` prints).
+    pub fn with_build_info(mut self, version: &'static str, commit: &'static str) -> Self {
+        let info = Family::<BuildLabels, Gauge>::default();
+        info.get_or_create(&BuildLabels { version, commit }).set(1);
+        self.registry.register(
+            "build_info",
+            "The version and git commit cheiron was built from; always 1",
+            info,
+        );
+        self
+    }
+
     /// Every metric in the OpenMetrics text format ([`CONTENT_TYPE`]).
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &self.registry)?;
+        encode_registry(&mut text, &self.process)?;
+        encode_registry(&mut text, &self.registry)?;
+        encode_eof(&mut text)?;
         Ok(text)
     }
 }
@@ -626,6 +657,32 @@ mod tests {
         assert!(text.contains(
             r#"cheiron_admission_duration_seconds_bucket{le="0.00025",resource="pods"} 1"#
         ));
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn process_metrics_are_unprefixed_and_build_info_names_version_and_commit() {
+        let metrics = Metrics::new().with_build_info("1.2.3", "0123456789ab");
+        let text = metrics.encode().unwrap();
+        for name in [
+            "process_resident_memory_bytes ",
+            "process_virtual_memory_bytes ",
+            "process_open_fds ",
+            "process_max_fds ",
+            "process_threads ",
+            "process_start_time_seconds ",
+            "process_cpu_seconds_total ",
+        ] {
+            assert!(
+                text.lines().any(|l| l.starts_with(name)),
+                "{name}missing:\n{text}"
+            );
+        }
+        assert!(
+            text.contains(r#"cheiron_build_info{version="1.2.3",commit="0123456789ab"} 1"#),
+            "{text}"
+        );
+        assert_eq!(text.matches("# EOF").count(), 1);
         assert!(text.ends_with("# EOF\n"));
     }
 
