@@ -38,6 +38,15 @@ fn invalid_values_are_refused_with_a_reason() -> Result {
         (vec!["deployment=both"], "deployment"),
         (vec!["metrics.auth=basic"], "auth"),
         (vec!["controller.replicaCount=0"], "replicaCount"),
+        (vec!["image.digest=latest"], "digest"),
+        (vec!["extraEnv[0].value=x"], "name"),
+        (vec!["extraVolumeMounts[0].name=ca"], "mountPath"),
+        (
+            vec!["topologySpreadConstraints[0].maxSkew=1"],
+            "topologyKey",
+        ),
+        (vec!["commonLabels.team=1"], "team"),
+        (vec!["controller.priorityClassName=x"], "priorityClassName"),
         (vec!["controller.extraArgs={resync}"], "extraArgs"),
         (vec!["networkPolicy.webhookFrom[0].ports=8443"], "ports"),
         (
@@ -132,5 +141,88 @@ fn global_pull_secrets_reach_every_pod_before_the_charts_own_each_name_once() ->
             .is_none()),
         "no pull secrets asked, none rendered"
     );
+    Ok(())
+}
+
+/// The values operators of cert-manager, Kyverno and external-secrets expect, in the objects:
+/// an image digest, labels on everything, environment, volumes and mounts (a proxy, a CA
+/// bundle), topology spread, and the controller's own scheduling.
+pub(crate) const OPERATOR_VALUES: [&str; 16] = [
+    "image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    "commonLabels.team=platform",
+    "extraEnv[0].name=HTTPS_PROXY",
+    "extraEnv[0].value=http://proxy.example:3128",
+    "extraVolumes[0].name=corporate-ca",
+    "extraVolumes[0].configMap.name=corporate-ca",
+    "extraVolumeMounts[0].name=corporate-ca",
+    "extraVolumeMounts[0].mountPath=/etc/ssl/corporate",
+    "topologySpreadConstraints[0].maxSkew=1",
+    "topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+    "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+    "topologySpreadConstraints[0].labelSelector.matchLabels.app\\.kubernetes\\.io/name=cheiron",
+    "nodeSelector.pool=general",
+    "controller.nodeSelector.pool=system",
+    "controller.tolerations[0].key=dedicated",
+    "controller.tolerations[0].operator=Exists",
+];
+
+#[test]
+fn operator_values_reach_the_objects_they_name() -> Result {
+    let objects = render(&OPERATOR_VALUES)?;
+    let digest = "ghcr.io/anny-co/cheiron@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    for object in &objects {
+        assert_eq!(
+            object["metadata"]["labels"]["team"], "platform",
+            "commonLabels on {} {}",
+            object["kind"], object["metadata"]["name"]
+        );
+        let spec = &object["spec"]["template"]["spec"];
+        for container in spec["containers"].as_array().into_iter().flatten() {
+            assert_eq!(container["image"], digest, "{}", object["metadata"]["name"]);
+        }
+    }
+    for name in ["cheiron-webhook", "cheiron-controller"] {
+        let deployment = find(&objects, "Deployment", name)?;
+        let spec = &deployment["spec"]["template"]["spec"];
+        assert_eq!(spec["topologySpreadConstraints"][0]["maxSkew"], 1, "{name}");
+        let container = &spec["containers"][0];
+        let env: Vec<&str> = container["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["name"].as_str())
+            .collect();
+        assert!(env.contains(&"HTTPS_PROXY"), "{name}: {env:?}");
+        assert!(
+            env.contains(&"CHEIRON_POD_NAME"),
+            "{name}: its own env is kept"
+        );
+        let mounts: Vec<&str> = container["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["mountPath"].as_str())
+            .collect();
+        assert!(mounts.contains(&"/etc/ssl/corporate"), "{name}: {mounts:?}");
+        let volumes: Vec<&str> = spec["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v["name"].as_str())
+            .collect();
+        assert!(volumes.contains(&"corporate-ca"), "{name}: {volumes:?}");
+        assert_eq!(
+            deployment["spec"]["selector"]["matchLabels"].get("team"),
+            None,
+            "{name}: selectors are immutable, commonLabels stay out of them"
+        );
+    }
+    let webhook = &find(&objects, "Deployment", "cheiron-webhook")?["spec"]["template"]["spec"];
+    let controller =
+        &find(&objects, "Deployment", "cheiron-controller")?["spec"]["template"]["spec"];
+    assert_eq!(webhook["nodeSelector"]["pool"], "general");
+    assert!(webhook.get("tolerations").is_none(), "{webhook}");
+    assert_eq!(controller["nodeSelector"]["pool"], "system");
+    assert_eq!(controller["tolerations"][0]["key"], "dedicated");
     Ok(())
 }

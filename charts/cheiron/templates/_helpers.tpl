@@ -31,6 +31,9 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace 
 app.kubernetes.io/part-of: cheiron
 app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{/* The workloads of `deployment`, space-separated: `webhook controller` (split) or `combined`. */}}
@@ -71,8 +74,13 @@ serves the webhook, so its Pods are webhook Pods. */}}
 {{- default (printf "%s-tls" (include "cheiron.fullname" .)) .Values.certificates.secretName }}
 {{- end }}
 
+{{/* `repository@digest` when image.digest is set (the tag is then ignored), else `repository:tag`. */}}
 {{- define "cheiron.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* Hardened container securityContext, shared by cheiron and the cheiron-certs Jobs. */}}
