@@ -921,3 +921,50 @@ fn network_policies_open_the_webhook_port_to_all_and_the_admin_port_to_the_names
     assert!(named(&off, "NetworkPolicy").is_empty());
     Ok(())
 }
+
+/// The chart's CRDs are templates (Helm upgrades templates, never `crds/`), with exactly the
+/// content `cheiron crds` prints; `crds.keep` keeps them on uninstall, `crds.install=false`
+/// leaves them out.
+#[test]
+fn crds_are_templates_with_the_generated_content_kept_on_uninstall_unless_asked() -> Result {
+    assert!(
+        !repo().join("charts/cheiron/crds").exists(),
+        "charts/cheiron/crds/ is installed by Helm once and never upgraded: the CRDs belong in \
+         files/crds.yaml, rendered by templates/crds.yaml"
+    );
+    let generated = documents(cheiron::api::crds_yaml()?.as_bytes())?;
+    let rendered_crds = |values: &[&str]| -> Result<Vec<Value>> {
+        Ok(render(values)?
+            .into_iter()
+            .filter(|o| o["kind"] == "CustomResourceDefinition")
+            .collect())
+    };
+
+    let crds = rendered_crds(&["commonLabels.team=platform"])?;
+    assert_eq!(crds.len(), generated.len());
+    for (rendered, generated) in crds.iter().zip(&generated) {
+        let name = &generated["metadata"]["name"];
+        let metadata = &rendered["metadata"];
+        assert_eq!(&metadata["name"], name);
+        assert_eq!(metadata["annotations"]["helm.sh/resource-policy"], "keep");
+        assert_eq!(metadata["labels"]["app.kubernetes.io/managed-by"], "Helm");
+        assert_eq!(metadata["labels"]["app.kubernetes.io/component"], "crds");
+        assert_eq!(metadata["labels"]["team"], "platform");
+        let mut content = rendered.clone();
+        content["metadata"] = serde_json::json!({"name": name});
+        assert!(
+            &content == generated,
+            "the chart's {name} is not what `cheiron crds` prints"
+        );
+    }
+
+    for crd in rendered_crds(&["crds.keep=false"])? {
+        assert!(
+            crd["metadata"]["annotations"]["helm.sh/resource-policy"].is_null(),
+            "{}",
+            crd["metadata"]
+        );
+    }
+    assert!(rendered_crds(&["crds.install=false"])?.is_empty());
+    Ok(())
+}

@@ -34,12 +34,12 @@ fn webhook_config_is_what_cheiron_manifests_generates() -> Result {
 
 #[test]
 fn chart_crds_are_what_cheiron_crds_prints() -> Result {
-    let path = repo().join("charts/cheiron/crds/crds.yaml");
+    let path = repo().join("charts/cheiron/files/crds.yaml");
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == cheiron::api::crds_yaml()?,
         "{} has drifted from the CRD types. Regenerate with \
-             `cargo run -- crds > charts/cheiron/crds/crds.yaml`.",
+             `cargo run -- crds > charts/cheiron/files/crds.yaml`.",
         path.display()
     );
     Ok(())

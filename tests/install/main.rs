@@ -13,6 +13,8 @@
 //!   certificates) can make every call its code makes and nothing broader.
 //! - `under_rbac`: `cheiron webhook`, `cheiron controller` and `cheiron run` do their job under
 //!   exactly that RBAC.
+//! - `upgrade`: `helm upgrade` from the previous chart (CRDs in `crds/`) adopts the CRDs as
+//!   docs/install.md says, a later upgrade changes them, and uninstalling keeps them.
 //!
 //! Tests that need helm get it from `scripts/helm` (`harness::tools::helm`) and fail, with a message saying how to
 //! provide it, when it cannot.
@@ -150,3 +152,6 @@ mod node_agent;
 mod values;
 
 mod webhook_network;
+
+/// `helm upgrade` from the chart with `crds/` to templated CRDs, and across a CRD change.
+mod upgrade;

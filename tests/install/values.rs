@@ -20,6 +20,8 @@ fn invalid_values_are_refused_with_a_reason() -> Result {
             "runAsNonRoot",
         ),
         (vec!["replicas=3"], "replicas"),
+        (vec!["crds.upgrade=true"], "upgrade"),
+        (vec!["crds.keep=yes"], "keep"),
         // A parent chart's global the chart does not use is refused, not ignored.
         (
             vec!["global.imageRegistry=registry.example.com"],

@@ -42,8 +42,9 @@ fn reference(entry: &PullSecretEntry) -> Option<(&String, Option<&str>)> {
 }
 
 /// The namespace a namespaced manager's reference names when it is not the manager's own.
-/// The CRD schema rejects such a reference, but the CRD may predate that rule (Helm never
-/// upgrades `crds/`) or the object may predate the CRD: the controller refuses it too.
+/// The CRD schema rejects such a reference, but the CRD may predate that rule (one applied by
+/// hand, or with `crds.install=false`) or the object may predate the CRD: the controller
+/// refuses it too.
 fn foreign_namespace<'e>(
     entry: &'e PullSecretEntry,
     manager_namespace: Option<&str>,
