@@ -963,3 +963,33 @@ fn kubeconfig_and_context_flags_choose_the_cluster() -> TestResult {
     assert_one_line_error(&out, "cannot read --kubeconfig /nonexistent/other");
     Ok(())
 }
+
+#[test]
+fn dry_run_refuses_a_label_without_a_value_and_an_unreadable_kubeconfig_before_any_request()
+-> TestResult {
+    let out = cheiron(&["dry-run", "-l", "app"], None)?;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: invalid value 'app' for '--label <KEY=VALUE>': \"app\" is not KEY=VALUE\n\n\
+         For more information, try '--help'.\n"
+    );
+    let out = cheiron(
+        &[
+            "dry-run",
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+            "--expect",
+            "x",
+        ],
+        None,
+    )?;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout(&out), "");
+    assert!(
+        stderr(&out).starts_with("cheiron: cannot read --kubeconfig /nonexistent/kubeconfig: "),
+        "{}",
+        stderr(&out)
+    );
+    Ok(())
+}

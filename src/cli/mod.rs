@@ -5,6 +5,7 @@ mod audit;
 mod cluster;
 mod controller;
 mod credential_provider;
+mod dry_run;
 mod explain;
 mod manifests;
 mod mutate;
@@ -17,6 +18,7 @@ pub use audit::AuditArgs;
 pub use cluster::ClusterArgs;
 pub use controller::{ControllerArgs, ControllerCommand, RunCommand};
 pub use credential_provider::CredentialProviderArgs;
+pub use dry_run::{DryRunArgs, DryRunFormat};
 pub use explain::{ExplainArgs, ReportFormat};
 pub use manifests::ManifestsArgs;
 pub use mutate::{MutateArgs, OutputFormat};
@@ -113,6 +115,9 @@ enum Command {
     Explain(ExplainArgs),
     /// Pods and ServiceAccounts lacking what policy wants; exit 0 clean, 1 findings, 2 error.
     Audit(AuditArgs),
+    /// A Pod created as a server-side dry run: the pull secrets the cluster's admission (cheiron
+    /// included) gives it; with --expect, exit 1 unless it gets them.
+    DryRun(DryRunArgs),
     /// Print both CustomResourceDefinitions as YAML.
     Crds,
     /// Print (or write with --out) the plain manifests for installing without Helm.
@@ -213,6 +218,7 @@ impl Cli {
             Command::Run(args) => (*args).run(&cluster, shutdown_on_signal()?).await,
             Command::Mutate(args) => args.run(&mut std::io::stdout().lock()),
             Command::Explain(args) => args.run(&cluster, &mut std::io::stdout()).await,
+            Command::DryRun(args) => args.run(&cluster, &mut std::io::stdout()).await,
             Command::Audit(args) => {
                 return Ok(u8::from(args.run(&cluster, &mut std::io::stdout()).await?));
             }

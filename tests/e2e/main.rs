@@ -9,6 +9,7 @@ const CHEIRON: harness::Cheiron = harness::cheiron!();
 
 mod audit;
 mod crd_schema;
+mod dry_run;
 mod explain;
 mod failure_policy;
 mod live_managers;

@@ -968,3 +968,86 @@ fn crds_are_templates_with_the_generated_content_kept_on_uninstall_unless_asked(
     assert!(rendered_crds(&["crds.install=false"])?.is_empty());
     Ok(())
 }
+
+/// `helm test`: a Pod of cheiron's image runs `cheiron dry-run` against a mode Pod manager of
+/// its own in a namespace the webhook serves, with the right to create Pods there only; every
+/// object is a test hook deleted once the test succeeds. (It runs for real on the node layer:
+/// tests/node_in_cluster.)
+#[test]
+fn helm_test_checks_a_dry_run_pod_in_a_served_namespace_with_objects_that_exist_only_for_it()
+-> Result {
+    let hooks = |objects: Vec<Value>| -> Vec<Value> {
+        objects
+            .into_iter()
+            .filter(|o| o["metadata"]["annotations"]["helm.sh/hook"] == "test")
+            .collect()
+    };
+    assert!(hooks(render(&[])?).is_empty(), "--skip-tests renders none");
+    let objects = hooks(render_with_tests(&["tests.namespace=team-a"])?);
+    assert_eq!(
+        describe(&objects),
+        "ServiceAccount/cheiron-test, Role/cheiron-test, RoleBinding/cheiron-test, \
+         Pod/cheiron-test, ImagePullSecretManager/cheiron-test"
+    );
+    for object in &objects {
+        let policy = object["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(policy.contains("hook-succeeded"), "{object}");
+        let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+        let expected = match object["kind"].as_str() {
+            Some("ServiceAccount" | "Pod") => NAMESPACE,
+            _ => "team-a",
+        };
+        assert_eq!(namespace, expected, "{object}");
+    }
+    let role = find(&objects, "Role", "cheiron-test")?;
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}])
+    );
+    let manager = find(&objects, "ImagePullSecretManager", "cheiron-test")?;
+    assert_eq!(manager["spec"]["mode"], "Pod");
+    assert_eq!(
+        manager["spec"]["podSelector"]["matchLabels"]["cheiron.anny.co/helm-test"],
+        RELEASE
+    );
+    let pod = find(&objects, "Pod", "cheiron-test")?;
+    assert_eq!(pod["spec"]["serviceAccountName"], "cheiron-test");
+    assert_eq!(
+        pod["spec"]["containers"][0]["command"],
+        serde_json::json!(["cheiron"])
+    );
+    assert_eq!(
+        pod["spec"]["containers"][0]["args"],
+        serde_json::json!([
+            "dry-run",
+            "--namespace=team-a",
+            "--label=cheiron.anny.co/helm-test=cheiron",
+            "--expect=cheiron-test",
+            "--timeout=60",
+        ])
+    );
+    // Default: `default`; but not when the release itself is there (never sent to the
+    // webhook), and not when switched off.
+    let pod = find(&hooks(render_with_tests(&[])?), "Pod", "cheiron-test")?.clone();
+    assert_eq!(
+        pod["spec"]["containers"][0]["args"][1],
+        "--namespace=default"
+    );
+    let output = run_helm(&[
+        "template",
+        RELEASE,
+        "charts/cheiron",
+        "--namespace",
+        "default",
+    ])?;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(hooks(documents(&output.stdout)?).is_empty());
+    assert!(hooks(render_with_tests(&["tests.enabled=false"])?).is_empty());
+    Ok(())
+}

@@ -90,9 +90,22 @@ fn run_helm(args: &[&str]) -> Result<Output> {
         .output()?)
 }
 
-/// `helm template` of the chart as release [`RELEASE`] in [`NAMESPACE`] with `--set` values.
+/// `helm template` of the chart as release [`RELEASE`] in [`NAMESPACE`] with `--set` values:
+/// what `helm install` creates (`helm test`'s objects, which exist only while it runs, left
+/// out: [`render_with_tests`]).
 fn render(values: &[&str]) -> Result<Vec<Value>> {
-    let output = run_helm(&template_args(values))?;
+    render_args(values, &template_args(values))
+}
+
+/// [`render`] with the objects of `helm test`.
+fn render_with_tests(values: &[&str]) -> Result<Vec<Value>> {
+    let mut args = template_args(values);
+    args.retain(|a| *a != "--skip-tests");
+    render_args(values, &args)
+}
+
+fn render_args(values: &[&str], args: &[&str]) -> Result<Vec<Value>> {
+    let output = run_helm(args)?;
     if !output.status.success() {
         return Err(format!(
             "helm template {values:?} failed: {}",
@@ -110,6 +123,7 @@ fn template_args<'a>(values: &[&'a str]) -> Vec<&'a str> {
         "charts/cheiron",
         "--namespace",
         NAMESPACE,
+        "--skip-tests",
     ];
     for value in values {
         args.extend(["--set", value]);

@@ -428,6 +428,7 @@ async fn notes_say_how_to_check_the_installation() -> Result {
         "rollout status deployment/notes-cheiron-controller",
         "no Secret access",
         "delete every manager first",
+        "helm test notes -n notes --logs",
     ] {
         assert!(
             notes.contains(needle),

@@ -22,6 +22,17 @@ fn invalid_values_are_refused_with_a_reason() -> Result {
         (vec!["replicas=3"], "replicas"),
         (vec!["crds.upgrade=true"], "upgrade"),
         (vec!["crds.keep=yes"], "keep"),
+        (
+            vec!["tests.namespace=kube-system"],
+            "tests.namespace kube-system is never sent to the webhook",
+        ),
+        (
+            vec![
+                "webhook.namespaceSelector.excludeNamespaces={sandbox}",
+                "tests.namespace=sandbox",
+            ],
+            "tests.namespace sandbox is never sent to the webhook",
+        ),
         // A parent chart's global the chart does not use is refused, not ignored.
         (
             vec!["global.imageRegistry=registry.example.com"],

@@ -386,3 +386,57 @@ async fn the_charts_node_agent_lets_a_plain_pod_in_an_untargeted_namespace_pull(
     }
     Ok(())
 }
+
+/// `helm test`: the chart's test Pod, scheduled on the node with the pushed image, runs
+/// `cheiron dry-run`, and its dry-run Pod in `default` gets the test manager's pull secret
+/// from the in-cluster webhook; the test's objects are gone afterwards.
+#[tokio::test(flavor = "multi_thread")]
+async fn helm_test_gets_a_dry_run_pod_its_pull_secret_from_the_in_cluster_webhook() -> Result {
+    let installed = installed().await?;
+    let mut helm = std::process::Command::new(harness::tools::helm()?);
+    helm.args(["test", RELEASE, "--namespace", NAMESPACE, "--logs"])
+        .args(["--timeout", "4m"])
+        .arg("--kubeconfig")
+        .arg(installed.node.admin_kubeconfig());
+    let output = tokio::task::spawn_blocking(move || helm.output()).await??;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "helm test failed ({}): {stdout}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // The test Pod's log, which --logs prints: the dry-run Pod got the secret.
+    let test = format!("{RELEASE}-test");
+    assert!(
+        stdout.contains("Phase:          Succeeded")
+            && stdout.contains(&format!("imagePullSecrets: {test}")),
+        "{stdout}"
+    );
+    let client = Client::try_from(installed.node.admin_config())?;
+    let managers = Api::<kube::api::DynamicObject>::namespaced_with(
+        client.clone(),
+        "default",
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "cheiron.anny.co",
+            "v1alpha1",
+            "ImagePullSecretManager",
+        )),
+    );
+    wait_for("helm test's manager to be deleted", POD_SETTLES, || async {
+        match managers.get_opt(&test).await? {
+            None => Ok(()),
+            Some(_) => Err("still there".into()),
+        }
+    })
+    .await?;
+    assert!(
+        Api::<Pod>::namespaced(client, "default")
+            .list(&ListParams::default())
+            .await?
+            .items
+            .is_empty(),
+        "the dry run created a Pod in default"
+    );
+    Ok(())
+}

@@ -104,6 +104,9 @@ serves the webhook, so its Pods are webhook Pods. */}}
 {{- if eq (int .Values.webhook.port) 8080 }}
 {{- fail "webhook.port 8080 is the admin port (/healthz, /readyz, /metrics): choose another" }}
 {{- end }}
+{{- if and .Values.tests.enabled .Values.tests.namespace (not (include "cheiron.served" (dict "root" . "namespace" .Values.tests.namespace))) }}
+{{- fail (printf "tests.namespace %s is never sent to the webhook, so helm test would fail: choose a namespace cheiron serves (or tests.enabled=false)" .Values.tests.namespace) }}
+{{- end }}
 {{- if and (eq .Values.certificates.source "secret") (not .Values.certificates.secretName) }}
 {{- fail "certificates.source=secret needs certificates.secretName: the kubernetes.io/tls Secret you created" }}
 {{- end }}
@@ -124,5 +127,24 @@ other subcharts), then imagePullSecrets, each name once, as a YAML list (empty: 
 {{- $global := dig "imagePullSecrets" (list) (.Values.global | default dict) }}
 {{- with concat $global .Values.imagePullSecrets | uniq }}
 {{- toYaml . }}
+{{- end }}
+{{- end }}
+
+
+{{/* "true" when namespace `.namespace` is sent to the webhook as far as the chart knows (not
+the release namespace, kube-system or an excluded one), else empty. */}}
+{{- define "cheiron.served" -}}
+{{- $ns := .namespace }}
+{{- if not (or (eq $ns .root.Release.Namespace) (eq $ns "kube-system") (has $ns .root.Values.webhook.namespaceSelector.excludeNamespaces)) }}true{{ end }}
+{{- end }}
+
+{{/*
+The namespace of `helm test`'s manager and dry-run Pod: tests.namespace, else `default` when
+the webhook serves it; empty when there is none (the release is in `default`): no test then.
+*/}}
+{{- define "cheiron.testNamespace" -}}
+{{- if .Values.tests.enabled }}
+{{- $ns := default "default" .Values.tests.namespace }}
+{{- if include "cheiron.served" (dict "root" . "namespace" $ns) }}{{ $ns }}{{ end }}
 {{- end }}
 {{- end }}
