@@ -317,6 +317,45 @@ fn extra_namespace_exclusions_add_to_the_default_ones() -> Result {
     Ok(())
 }
 
+/// The values that narrow what the apiserver sends: an objectSelector and two CEL conditions.
+pub(crate) const NARROWED_WEBHOOK: [&str; 6] = [
+    "webhook.objectSelector.matchExpressions[0].key=cheiron\\.example/skip",
+    "webhook.objectSelector.matchExpressions[0].operator=DoesNotExist",
+    "webhook.matchConditions[0].name=not-a-job",
+    "webhook.matchConditions[0].expression=!has(object.metadata.labels) || !('batch.kubernetes.io/job-name' in object.metadata.labels)",
+    "webhook.matchConditions[1].name=not-system",
+    "webhook.matchConditions[1].expression=!object.metadata.name.startsWith('system-')",
+];
+
+#[test]
+fn object_selector_and_match_conditions_narrow_the_registration_after_the_built_in_ones() -> Result
+{
+    let rendered = render(&NARROWED_WEBHOOK)?;
+    let webhook = &find(&rendered, "MutatingWebhookConfiguration", "cheiron")?["webhooks"][0];
+    assert_eq!(
+        webhook["objectSelector"],
+        serde_json::json!({"matchExpressions": [{"key": "cheiron.example/skip", "operator": "DoesNotExist"}]})
+    );
+    let built = serde_json::to_value(Install::default().webhook_registration().configuration())?;
+    let mut conditions = built["webhooks"][0]["matchConditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(conditions.len(), 2, "the built-in ones: {conditions:?}");
+    conditions.extend([
+        serde_json::json!({"name": "not-a-job", "expression": "!has(object.metadata.labels) || !('batch.kubernetes.io/job-name' in object.metadata.labels)"}),
+        serde_json::json!({"name": "not-system", "expression": "!object.metadata.name.startsWith('system-')"}),
+    ]);
+    assert_eq!(webhook["matchConditions"], Value::Array(conditions));
+
+    // Unset, neither is rendered: the chart's defaults are `cheiron manifests`' (compared in
+    // chart_webhooks_are_what_webhook_registration_builds).
+    let default = render(&[])?;
+    let webhook = &find(&default, "MutatingWebhookConfiguration", "cheiron")?["webhooks"][0];
+    assert!(webhook.get("objectSelector").is_none(), "{webhook}");
+    Ok(())
+}
+
 /// Every Role and ClusterRole (and binding) of both, by kind and namespace/name.
 pub(crate) fn access(objects: &[Value]) -> Vec<(String, String, Value)> {
     let mut out: Vec<(String, String, Value)> = objects
@@ -848,6 +887,110 @@ fn split_gives_each_identity_only_its_own_roles_and_names_them_after_the_base_na
         named(&combined, "ServiceAccount"),
         ["cheiron-certs", "pull"]
     );
+    Ok(())
+}
+
+/// Every ServiceAccount a binding, a Pod or the node agents' admission policy names, by the
+/// object that names it.
+fn service_account_uses(objects: &[Value]) -> Vec<(String, String)> {
+    let mut uses = Vec::new();
+    for object in objects {
+        let what = format!("{}/{}", object["kind"], object["metadata"]["name"]).replace('"', "");
+        for subject in object["subjects"].as_array().into_iter().flatten() {
+            if subject["kind"] == "ServiceAccount" {
+                let name = subject["name"].as_str().unwrap_or_default();
+                uses.push((what.clone(), name.to_owned()));
+            }
+        }
+        if let Some(name) = object["spec"]["template"]["spec"]["serviceAccountName"].as_str() {
+            uses.push((what.clone(), name.to_owned()));
+        }
+        for condition in object["spec"]["matchConditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let expression = condition["expression"].as_str().unwrap_or_default();
+            if let Some(user) = expression.split("system:serviceaccount:").nth(1) {
+                let name = user
+                    .trim_end_matches('\'')
+                    .rsplit(':')
+                    .next()
+                    .unwrap_or_default();
+                uses.push((what.clone(), name.to_owned()));
+            }
+        }
+    }
+    uses.sort();
+    uses
+}
+
+#[test]
+fn service_account_create_false_renders_none_and_binds_each_identity_to_the_name_given() -> Result {
+    let options = [
+        "node.enabled=true",
+        "metrics.auth=kubernetes",
+        "fleet.enabled=true",
+    ];
+    let given = [
+        ("webhook", "cheiron-webhook", "platform-webhook"),
+        ("controller", "cheiron-controller", "platform-controller"),
+        ("certificates", "cheiron-certs", "platform-certs"),
+        ("nodeAgent", "cheiron-node-agent", "platform-node"),
+    ];
+    let mut values: Vec<String> = vec!["serviceAccount.create=false".to_owned()];
+    values.extend(
+        given
+            .iter()
+            .map(|(identity, _, name)| format!("serviceAccount.names.{identity}={name}")),
+    );
+    values.extend(options.iter().map(|o| (*o).to_owned()));
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    let existing = render(&values)?;
+    assert!(
+        named(&existing, "ServiceAccount").is_empty(),
+        "{}",
+        describe(&existing)
+    );
+    // Everything that names an identity names the one given in its place, and nothing else
+    // changes: the same bindings, Pods and policy as with the ServiceAccounts the chart creates.
+    let created = render(&options)?;
+    let renamed: Vec<(String, String)> = service_account_uses(&created)
+        .into_iter()
+        .map(|(what, name)| {
+            let name = given
+                .iter()
+                .find(|(_, default, _)| *default == name)
+                .map_or(name, |(_, _, given)| (*given).to_owned());
+            (what, name)
+        })
+        .collect();
+    assert_eq!(service_account_uses(&existing), renamed);
+    assert!(renamed.len() >= 12, "{renamed:?}");
+    assert_eq!(
+        named(&created, "ServiceAccount"),
+        [
+            "cheiron-certs",
+            "cheiron-controller",
+            "cheiron-node-agent",
+            "cheiron-webhook"
+        ]
+    );
+
+    // Combined: the one account is serviceAccount.name.
+    let combined = render(&[
+        "deployment=combined",
+        "serviceAccount.create=false",
+        "serviceAccount.name=platform",
+    ])?;
+    assert_eq!(named(&combined, "ServiceAccount"), Vec::<String>::new());
+    let uses = service_account_uses(&combined);
+    assert!(
+        uses.iter()
+            .all(|(_, name)| name == "platform" || name == "cheiron-certs"),
+        "{uses:?}"
+    );
+    assert!(uses.iter().any(|(what, _)| what == "Deployment/cheiron"));
     Ok(())
 }
 

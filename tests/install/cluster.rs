@@ -165,31 +165,29 @@ async fn rendered_chart_applies_cleanly_in_a_server_side_dry_run() -> Result {
         repo().join("charts/cheiron/crds/crds.yaml"),
     )?)?;
     dry_run_all(s.client(), "charts/cheiron/crds/", &crds).await?;
-    for values in [
-        vec![],
-        vec![
-            "certificates.source=secret",
-            "certificates.secretName=my-tls",
-            "certificates.caBundle=Zm9v",
-        ],
-        CERT_MANAGER_AND_MONITORING.to_vec(),
-        vec!["deployment=combined"],
-        super::values::OPERATOR_VALUES.to_vec(),
-        vec![
-            "networkPolicy.webhookFrom[0].ipBlock.cidr=172.16.0.0/28",
-            "networkPolicy.webhookFrom[1].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=kube-system",
-            "networkPolicy.webhookFrom[1].podSelector.matchLabels.app=konnectivity-agent",
-            "networkPolicy.adminFrom=null",
-        ],
-    ] {
-        let objects = render(&values)?;
-        let (foreign, own): (Vec<Value>, Vec<Value>) = objects.into_iter().partition(is_foreign);
-        // cert-manager's and the Prometheus Operator's kinds are checked as rendered only
-        // (their CRDs are not in the test cluster); everything else must be accepted.
-        if values.is_empty() {
-            assert!(foreign.is_empty());
+    for values in super::names::renderings() {
+        // The release name of the plain manifests, and one as long as Helm allows (its names
+        // cut to fit: tests/install/names.rs).
+        for release in [RELEASE, super::names::LONGEST_RELEASE] {
+            let objects = render_release(release, &values)?;
+            let (foreign, own): (Vec<Value>, Vec<Value>) =
+                objects.into_iter().partition(is_foreign);
+            // cert-manager's and the Prometheus Operator's kinds are checked as rendered only
+            // (their CRDs are not in the test cluster); everything else must be accepted.
+            if values.is_empty() {
+                assert!(foreign.is_empty());
+            }
+            // The node agents' namespace, for their namespaced objects' dry run.
+            for namespace in own.iter().filter(|o| o["kind"] == "Namespace") {
+                apply(s.client(), namespace, true).await?;
+            }
+            dry_run_all(
+                s.client(),
+                &format!("helm template {release} {values:?}"),
+                &own,
+            )
+            .await?;
         }
-        dry_run_all(s.client(), &format!("helm template {values:?}"), &own).await?;
     }
     Ok(())
 }

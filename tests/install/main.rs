@@ -90,10 +90,15 @@ fn run_helm(args: &[&str]) -> Result<Output> {
 
 /// `helm template` of the chart as release [`RELEASE`] in [`NAMESPACE`] with `--set` values.
 fn render(values: &[&str]) -> Result<Vec<Value>> {
-    let output = run_helm(&template_args(values))?;
+    render_release(RELEASE, values)
+}
+
+/// `helm template` of the chart as release `release` in [`NAMESPACE`] with `--set` values.
+fn render_release(release: &str, values: &[&str]) -> Result<Vec<Value>> {
+    let output = run_helm(&template_args_of(release, values))?;
     if !output.status.success() {
         return Err(format!(
-            "helm template {values:?} failed: {}",
+            "helm template {release} {values:?} failed: {}",
             String::from_utf8_lossy(&output.stderr)
         )
         .into());
@@ -102,9 +107,13 @@ fn render(values: &[&str]) -> Result<Vec<Value>> {
 }
 
 fn template_args<'a>(values: &[&'a str]) -> Vec<&'a str> {
+    template_args_of(RELEASE, values)
+}
+
+fn template_args_of<'a>(release: &'a str, values: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "template",
-        RELEASE,
+        release,
         "charts/cheiron",
         "--namespace",
         NAMESPACE,
@@ -146,6 +155,9 @@ mod under_rbac;
 mod alerts;
 
 mod node_agent;
+
+/// Names that stay valid and unique for the longest release name Helm allows.
+mod names;
 
 mod values;
 

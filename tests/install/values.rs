@@ -36,6 +36,43 @@ fn invalid_values_are_refused_with_a_reason() -> Result {
             "set replicaCount to 1",
         ),
         (vec!["deployment=both"], "deployment"),
+        (
+            vec![
+                "webhook.matchConditions[0].name=not-ignore-true",
+                "webhook.matchConditions[0].expression=x",
+            ],
+            "the name not-ignore-true is taken",
+        ),
+        (
+            vec![
+                "webhook.matchConditions[0].name=a",
+                "webhook.matchConditions[0].expression=x",
+                "webhook.matchConditions[1].name=a",
+                "webhook.matchConditions[1].expression=y",
+            ],
+            "the name a is taken",
+        ),
+        (vec!["webhook.matchConditions[0].name=a"], "expression"),
+        (vec!["webhook.objectSelector.namespaces={a}"], "namespaces"),
+        (
+            vec![
+                "serviceAccount.names.webhook=platform",
+                "serviceAccount.names.controller=platform",
+            ],
+            "name the same ServiceAccount",
+        ),
+        (vec!["serviceAccount.names.operator=x"], "operator"),
+        (vec!["serviceAccount.names.webhook=Platform"], "webhook"),
+        // Cut to fit otherwise: `<name>-controller` within 63, the full name within 36.
+        (
+            vec!["serviceAccount.name=a-base-name-that-leaves-no-room-for-the-controller-suffix"],
+            "52",
+        ),
+        (
+            vec!["fullnameOverride=a-full-name-of-thirty-seven-characters"],
+            "36",
+        ),
+        (vec!["nameOverride=Cheiron"], "nameOverride"),
         (vec!["metrics.auth=basic"], "auth"),
         (vec!["controller.replicaCount=0"], "replicaCount"),
         (vec!["image.digest=latest"], "digest"),
