@@ -47,6 +47,7 @@ pub(super) fn renderings() -> Vec<Vec<&'static str>> {
         ],
         // The apiserver compiles the CEL conditions and checks the selector.
         super::chart::NARROWED_WEBHOOK.to_vec(),
+        super::values::COMPONENT_VALUES.to_vec(),
     ]
 }
 
