@@ -1064,3 +1064,39 @@ fn network_policies_open_the_webhook_port_to_all_and_the_admin_port_to_the_names
     assert!(named(&off, "NetworkPolicy").is_empty());
     Ok(())
 }
+
+/// `helm show readme` prints charts/cheiron/README.md, and its values table names every
+/// top-level value of values.yaml (a value added without a word there fails here).
+#[test]
+fn helm_show_readme_prints_the_chart_readme_naming_every_top_level_value() -> Result {
+    let readme = std::fs::read_to_string(repo().join("charts/cheiron/README.md"))?;
+    let output = run_helm(&["show", "readme", "charts/cheiron"])?;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(shown.trim_end(), readme.trim_end());
+    assert!(readme.contains("helm install"), "a quick install");
+    assert!(readme.contains("docs/image.md"), "how to build the image");
+
+    let values: Value =
+        serde_saphyr::from_slice(&std::fs::read(repo().join("charts/cheiron/values.yaml"))?)?;
+    let keys: Vec<&String> = values
+        .as_object()
+        .map(|o| o.keys().collect())
+        .unwrap_or_default();
+    assert!(keys.len() > 30, "{keys:?}");
+    let missing: Vec<&&String> = keys
+        .iter()
+        .filter(|key| {
+            !readme.contains(&format!("`{key}`")) && !readme.contains(&format!("`{key}."))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "charts/cheiron/README.md does not mention {missing:?}"
+    );
+    Ok(())
+}
