@@ -156,6 +156,9 @@ mod alerts;
 
 mod node_agent;
 
+/// The krew manifest of `kubectl cheiron` (`scripts/krew-manifest`).
+mod krew;
+
 /// Names that stay valid and unique for the longest release name Helm allows.
 mod names;
 
