@@ -40,6 +40,13 @@ fn helm_lint_strict_passes_for_every_certificate_source_and_deployment_mode() ->
             "credentialProviders.serviceAccountTokens.serviceAccounts={ecr-puller}",
             "credentialProviders.serviceAccountTokens.namespaces={team-a}",
         ],
+        vec![
+            "serviceAccount.create=false",
+            "serviceAccount.names.webhook=platform-webhook",
+            "serviceAccount.names.controller=platform-controller",
+        ],
+        NARROWED_WEBHOOK.to_vec(),
+        super::values::COMPONENT_VALUES.to_vec(),
     ] {
         let mut args = vec!["lint", "--strict", "charts/cheiron"];
         for value in &values {
