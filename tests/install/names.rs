@@ -138,3 +138,35 @@ fn release_names_up_to_36_characters_keep_every_name_as_it_was() -> Result {
     find(&objects, "Job", &format!("{release}-certs-create"))?;
     Ok(())
 }
+
+/// The node namespace `<release namespace>-node` of a release in a 63-character namespace is
+/// cut to a DNS label, the same one `cheiron manifests --node` gives that namespace.
+#[test]
+fn the_node_namespace_of_the_longest_namespace_is_the_plain_manifests_one() -> Result {
+    let namespace = format!("team-{}", "n".repeat(58));
+    assert_eq!(namespace.len(), 63);
+    let output = run_helm(&[
+        "template",
+        RELEASE,
+        "charts/cheiron",
+        "--namespace",
+        &namespace,
+        "--set",
+        "node.enabled=true",
+    ])?;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let objects = documents(&output.stdout)?;
+    let node = cheiron::install::NodeAgentSetup::default().namespace_of(&namespace);
+    assert!(is_dns_label(&node), "{node}");
+    find(&objects, "Namespace", &node)?;
+    let controller = find(&objects, "Deployment", "cheiron-controller")?;
+    assert!(
+        named_in_args(controller).contains(&node),
+        "--node-namespace={node}"
+    );
+    Ok(())
+}
