@@ -331,7 +331,7 @@ pub(crate) const NARROWED_WEBHOOK: [&str; 6] = [
     "webhook.matchConditions[0].name=not-a-job",
     "webhook.matchConditions[0].expression=!has(object.metadata.labels) || !('batch.kubernetes.io/job-name' in object.metadata.labels)",
     "webhook.matchConditions[1].name=not-system",
-    "webhook.matchConditions[1].expression=!object.metadata.name.startsWith('system-')",
+    "webhook.matchConditions[1].expression=!has(object.metadata.name) || !object.metadata.name.startsWith('system-')",
 ];
 
 #[test]
@@ -351,7 +351,7 @@ fn object_selector_and_match_conditions_narrow_the_registration_after_the_built_
     assert_eq!(conditions.len(), 2, "the built-in ones: {conditions:?}");
     conditions.extend([
         serde_json::json!({"name": "not-a-job", "expression": "!has(object.metadata.labels) || !('batch.kubernetes.io/job-name' in object.metadata.labels)"}),
-        serde_json::json!({"name": "not-system", "expression": "!object.metadata.name.startsWith('system-')"}),
+        serde_json::json!({"name": "not-system", "expression": "!has(object.metadata.name) || !object.metadata.name.startsWith('system-')"}),
     ]);
     assert_eq!(webhook["matchConditions"], Value::Array(conditions));
 

@@ -400,3 +400,89 @@ async fn kubectl_apply_of_the_cluster_examples_works_on_the_first_try() -> Resul
         .await?;
     Ok(())
 }
+
+/// The chart's `webhook.objectSelector` and `webhook.matchConditions` keep objects from the
+/// webhook on the real apiserver: its registration, rendered with both and `failurePolicy:
+/// Fail` and pointed at a Service that does not exist, refuses every object it sends, so what
+/// passes was never sent. Its namespaceSelector is narrowed to this test's namespace.
+#[tokio::test]
+async fn the_charts_object_selector_and_match_conditions_keep_objects_from_the_webhook() -> Result {
+    use k8s_openapi::api::{
+        admissionregistration::v1::MutatingWebhookConfiguration, core::v1::ServiceAccount,
+    };
+
+    let s = Scenario::new(CHEIRON, "install-narrowed").await?;
+    let ns = s.create_namespace(&[], &[]).await?;
+    s.default_service_account(&ns).await?;
+    let mut values = super::chart::NARROWED_WEBHOOK.to_vec();
+    values.push("webhook.failurePolicy=Fail");
+    let rendered = render(&values)?;
+    let mut registration = find(&rendered, "MutatingWebhookConfiguration", RELEASE)?.clone();
+    let name = s.unique_name("narrowed");
+    registration["metadata"]["name"] = Value::String(name.clone());
+    let expressions = registration["webhooks"][0]["namespaceSelector"]["matchExpressions"]
+        .as_array_mut()
+        .ok_or("no namespaceSelector.matchExpressions")?;
+    expressions.push(serde_json::json!({
+        "key": harness::SCENARIO_LABEL, "operator": "In", "values": [s.id()],
+    }));
+    apply(s.client(), &registration, true).await?;
+
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let pods: Api<Pod> = Api::namespaced(s.client().clone(), &ns);
+    let accounts: Api<ServiceAccount> = Api::namespaced(s.client().clone(), &ns);
+    let pod = |labels: &[(&str, &str)]| harness::pod("narrowed-", labels, &[], &[]);
+    let account = |name: &str, labels: serde_json::Value| -> Result<ServiceAccount> {
+        Ok(serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": labels},
+        }))?)
+    };
+    // Once the apiserver has loaded it, a plain Pod is sent, and refused.
+    let sent = until(
+        "the apiserver to send Pods to the narrowed registration",
+        Duration::from_secs(30),
+        || async { pods.create(&dry_run, &pod(&[])).await.err() },
+    )
+    .await;
+    let skip = [("cheiron.example/skip", "yes")];
+    let skipped_pod = pods.create(&dry_run, &pod(&skip)).await;
+    let job_pod = pods
+        .create(
+            &dry_run,
+            &pod(&[("batch.kubernetes.io/job-name", "nightly")]),
+        )
+        .await;
+    let skipped_account = accounts
+        .create(
+            &dry_run,
+            &account(
+                "skipped",
+                serde_json::json!({"cheiron.example/skip": "yes"}),
+            )?,
+        )
+        .await;
+    let sent_account = accounts
+        .create(&dry_run, &account("sent", serde_json::json!({}))?)
+        .await;
+    Api::<MutatingWebhookConfiguration>::all(s.client().clone())
+        .delete(&name, &Default::default())
+        .await?;
+
+    let sent = sent?;
+    assert!(
+        sent.to_string().contains("inject.cheiron.anny.co"),
+        "refused by the webhook call: {sent}"
+    );
+    skipped_pod.map_err(|e| format!("objectSelector: a skipped Pod was sent: {e}"))?;
+    job_pod.map_err(|e| format!("matchConditions: a Job's Pod was sent: {e}"))?;
+    skipped_account
+        .map_err(|e| format!("objectSelector: a skipped ServiceAccount was sent: {e}"))?;
+    assert!(
+        matches!(&sent_account, Err(e) if e.to_string().contains("inject.cheiron.anny.co")),
+        "{sent_account:?}"
+    );
+    Ok(())
+}
