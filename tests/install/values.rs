@@ -65,6 +65,17 @@ fn invalid_values_are_refused_with_a_reason() -> Result {
             ],
             "name the same ServiceAccount",
         ),
+        (
+            vec![
+                "deployment=combined",
+                "serviceAccount.names.webhook=platform",
+            ],
+            "combined runs under one ServiceAccount, serviceAccount.name",
+        ),
+        (
+            vec!["serviceAccount.names.certificates=cheiron-webhook"],
+            "names the webhook's ServiceAccount",
+        ),
         (vec!["serviceAccount.names.operator=x"], "operator"),
         (vec!["serviceAccount.names.webhook=Platform"], "webhook"),
         // Cut to fit otherwise: `<name>-controller` within 63, the full name within 36.

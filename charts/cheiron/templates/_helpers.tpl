@@ -127,9 +127,16 @@ serviceAccount.name or the full name. */}}
 {{- if eq (int .Values.webhook.port) 8080 }}
 {{- fail "webhook.port 8080 is the admin port (/healthz, /readyz, /metrics): choose another" }}
 {{- end }}
-{{- if ne .Values.deployment "combined" }}
+{{- if eq .Values.deployment "combined" }}
+{{- if or (dig "names" "webhook" "" .Values.serviceAccount) (dig "names" "controller" "" .Values.serviceAccount) }}
+{{- fail "serviceAccount.names.webhook and serviceAccount.names.controller are for deployment=split: combined runs under one ServiceAccount, serviceAccount.name" }}
+{{- end }}
+{{- else }}
 {{- if eq (include "cheiron.webhookIdentity" .) (include "cheiron.controllerIdentity" .) }}
 {{- fail "serviceAccount.names.webhook and serviceAccount.names.controller name the same ServiceAccount: split runs the webhook and the controller under identities of their own (or use deployment=combined)" }}
+{{- end }}
+{{- if eq (include "cheiron.webhookIdentity" .) (include "cheiron.certificatesServiceAccount" .) }}
+{{- fail "serviceAccount.names.certificates names the webhook's ServiceAccount: the cheiron-certs Jobs' rights (Secrets) would reach the webhook, which reads no Secret; give the Jobs an account of their own" }}
 {{- end }}
 {{- end }}
 {{- if and (eq .Values.certificates.source "secret") (not .Values.certificates.secretName) }}
