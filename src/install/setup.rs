@@ -100,6 +100,11 @@ impl FleetSetup {
 /// The node namespace's default: cheiron's namespace and this suffix.
 pub const NODE_NAMESPACE_SUFFIX: &str = "-node";
 
+/// A namespace's name is a DNS label of at most 63 characters: the default node namespace cuts
+/// cheiron's namespace to this many before the suffix (the chart's `cheiron.nodeNamespace`
+/// does the same).
+pub const NODE_NAMESPACE_PREFIX_MAX: usize = 63 - NODE_NAMESPACE_SUFFIX.len();
+
 /// What `--node` installs: where the agents run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeAgentSetup {
@@ -112,8 +117,39 @@ pub struct NodeAgentSetup {
 impl NodeAgentSetup {
     /// The node namespace of an installation in `cheiron_namespace`.
     pub fn namespace_of(&self, cheiron_namespace: &str) -> String {
-        self.namespace
-            .clone()
-            .unwrap_or_else(|| format!("{cheiron_namespace}{NODE_NAMESPACE_SUFFIX}"))
+        self.namespace.clone().unwrap_or_else(|| {
+            // Namespace names are ASCII; a name that is not cannot be cut, nor be a namespace.
+            let prefix = cheiron_namespace
+                .get(..NODE_NAMESPACE_PREFIX_MAX)
+                .unwrap_or(cheiron_namespace);
+            // One dash, as the chart's trimSuffix: the name then ends in the suffix anyway.
+            let prefix = prefix.strip_suffix('-').unwrap_or(prefix);
+            format!("{prefix}{NODE_NAMESPACE_SUFFIX}")
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_node_namespace_stays_a_dns_label_for_the_longest_namespace() {
+        let setup = NodeAgentSetup::default();
+        assert_eq!(setup.namespace_of("cheiron-system"), "cheiron-system-node");
+        let longest = "n".repeat(63);
+        let node = setup.namespace_of(&longest);
+        assert_eq!(node.len(), 63);
+        assert_eq!(node, format!("{}-node", "n".repeat(58)));
+        // No `--node` from a cut that ends on a dash.
+        let dashed = format!("{}-{}", "a".repeat(57), "b".repeat(5));
+        assert_eq!(
+            setup.namespace_of(&dashed),
+            format!("{}-node", "a".repeat(57))
+        );
+        let named = NodeAgentSetup {
+            namespace: Some("agents".to_owned()),
+        };
+        assert_eq!(named.namespace_of(&longest), "agents");
     }
 }

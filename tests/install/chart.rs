@@ -40,6 +40,13 @@ fn helm_lint_strict_passes_for_every_certificate_source_and_deployment_mode() ->
             "credentialProviders.serviceAccountTokens.serviceAccounts={ecr-puller}",
             "credentialProviders.serviceAccountTokens.namespaces={team-a}",
         ],
+        vec![
+            "serviceAccount.create=false",
+            "serviceAccount.names.webhook=platform-webhook",
+            "serviceAccount.names.controller=platform-controller",
+        ],
+        NARROWED_WEBHOOK.to_vec(),
+        super::values::COMPONENT_VALUES.to_vec(),
     ] {
         let mut args = vec!["lint", "--strict", "charts/cheiron"];
         for value in &values {
@@ -314,6 +321,45 @@ fn extra_namespace_exclusions_add_to_the_default_ones() -> Result {
         selector[2],
         serde_json::json!({"key": "tier", "operator": "NotIn", "values": ["sandbox"]})
     );
+    Ok(())
+}
+
+/// The values that narrow what the apiserver sends: an objectSelector and two CEL conditions.
+pub(crate) const NARROWED_WEBHOOK: [&str; 6] = [
+    "webhook.objectSelector.matchExpressions[0].key=cheiron\\.example/skip",
+    "webhook.objectSelector.matchExpressions[0].operator=DoesNotExist",
+    "webhook.matchConditions[0].name=not-a-job",
+    "webhook.matchConditions[0].expression=!has(object.metadata.labels) || !('batch.kubernetes.io/job-name' in object.metadata.labels)",
+    "webhook.matchConditions[1].name=not-system",
+    "webhook.matchConditions[1].expression=!has(object.metadata.name) || !object.metadata.name.startsWith('system-')",
+];
+
+#[test]
+fn object_selector_and_match_conditions_narrow_the_registration_after_the_built_in_ones() -> Result
+{
+    let rendered = render(&NARROWED_WEBHOOK)?;
+    let webhook = &find(&rendered, "MutatingWebhookConfiguration", "cheiron")?["webhooks"][0];
+    assert_eq!(
+        webhook["objectSelector"],
+        serde_json::json!({"matchExpressions": [{"key": "cheiron.example/skip", "operator": "DoesNotExist"}]})
+    );
+    let built = serde_json::to_value(Install::default().webhook_registration().configuration())?;
+    let mut conditions = built["webhooks"][0]["matchConditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(conditions.len(), 2, "the built-in ones: {conditions:?}");
+    conditions.extend([
+        serde_json::json!({"name": "not-a-job", "expression": "!has(object.metadata.labels) || !('batch.kubernetes.io/job-name' in object.metadata.labels)"}),
+        serde_json::json!({"name": "not-system", "expression": "!has(object.metadata.name) || !object.metadata.name.startsWith('system-')"}),
+    ]);
+    assert_eq!(webhook["matchConditions"], Value::Array(conditions));
+
+    // Unset, neither is rendered: the chart's defaults are `cheiron manifests`' (compared in
+    // chart_webhooks_are_what_webhook_registration_builds).
+    let default = render(&[])?;
+    let webhook = &find(&default, "MutatingWebhookConfiguration", "cheiron")?["webhooks"][0];
+    assert!(webhook.get("objectSelector").is_none(), "{webhook}");
     Ok(())
 }
 
@@ -851,6 +897,110 @@ fn split_gives_each_identity_only_its_own_roles_and_names_them_after_the_base_na
     Ok(())
 }
 
+/// Every ServiceAccount a binding, a Pod or the node agents' admission policy names, by the
+/// object that names it.
+fn service_account_uses(objects: &[Value]) -> Vec<(String, String)> {
+    let mut uses = Vec::new();
+    for object in objects {
+        let what = format!("{}/{}", object["kind"], object["metadata"]["name"]).replace('"', "");
+        for subject in object["subjects"].as_array().into_iter().flatten() {
+            if subject["kind"] == "ServiceAccount" {
+                let name = subject["name"].as_str().unwrap_or_default();
+                uses.push((what.clone(), name.to_owned()));
+            }
+        }
+        if let Some(name) = object["spec"]["template"]["spec"]["serviceAccountName"].as_str() {
+            uses.push((what.clone(), name.to_owned()));
+        }
+        for condition in object["spec"]["matchConditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let expression = condition["expression"].as_str().unwrap_or_default();
+            if let Some(user) = expression.split("system:serviceaccount:").nth(1) {
+                let name = user
+                    .trim_end_matches('\'')
+                    .rsplit(':')
+                    .next()
+                    .unwrap_or_default();
+                uses.push((what.clone(), name.to_owned()));
+            }
+        }
+    }
+    uses.sort();
+    uses
+}
+
+#[test]
+fn service_account_create_false_renders_none_and_binds_each_identity_to_the_name_given() -> Result {
+    let options = [
+        "node.enabled=true",
+        "metrics.auth=kubernetes",
+        "fleet.enabled=true",
+    ];
+    let given = [
+        ("webhook", "cheiron-webhook", "platform-webhook"),
+        ("controller", "cheiron-controller", "platform-controller"),
+        ("certificates", "cheiron-certs", "platform-certs"),
+        ("nodeAgent", "cheiron-node-agent", "platform-node"),
+    ];
+    let mut values: Vec<String> = vec!["serviceAccount.create=false".to_owned()];
+    values.extend(
+        given
+            .iter()
+            .map(|(identity, _, name)| format!("serviceAccount.names.{identity}={name}")),
+    );
+    values.extend(options.iter().map(|o| (*o).to_owned()));
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    let existing = render(&values)?;
+    assert!(
+        named(&existing, "ServiceAccount").is_empty(),
+        "{}",
+        describe(&existing)
+    );
+    // Everything that names an identity names the one given in its place, and nothing else
+    // changes: the same bindings, Pods and policy as with the ServiceAccounts the chart creates.
+    let created = render(&options)?;
+    let renamed: Vec<(String, String)> = service_account_uses(&created)
+        .into_iter()
+        .map(|(what, name)| {
+            let name = given
+                .iter()
+                .find(|(_, default, _)| *default == name)
+                .map_or(name, |(_, _, given)| (*given).to_owned());
+            (what, name)
+        })
+        .collect();
+    assert_eq!(service_account_uses(&existing), renamed);
+    assert!(renamed.len() >= 12, "{renamed:?}");
+    assert_eq!(
+        named(&created, "ServiceAccount"),
+        [
+            "cheiron-certs",
+            "cheiron-controller",
+            "cheiron-node-agent",
+            "cheiron-webhook"
+        ]
+    );
+
+    // Combined: the one account is serviceAccount.name.
+    let combined = render(&[
+        "deployment=combined",
+        "serviceAccount.create=false",
+        "serviceAccount.name=platform",
+    ])?;
+    assert_eq!(named(&combined, "ServiceAccount"), Vec::<String>::new());
+    let uses = service_account_uses(&combined);
+    assert!(
+        uses.iter()
+            .all(|(_, name)| name == "platform" || name == "cheiron-certs"),
+        "{uses:?}"
+    );
+    assert!(uses.iter().any(|(what, _)| what == "Deployment/cheiron"));
+    Ok(())
+}
+
 /// The ingress rules of NetworkPolicy `name`, as (ports, from) pairs.
 fn ingress(objects: &[Value], name: &str) -> Result<Vec<(Value, Value)>> {
     Ok(find(objects, "NetworkPolicy", name)?["spec"]["ingress"]
@@ -983,7 +1133,7 @@ fn helm_test_checks_a_dry_run_pod_in_a_served_namespace_with_objects_that_exist_
             .collect()
     };
     assert!(hooks(render(&[])?).is_empty(), "--skip-tests renders none");
-    let objects = hooks(render_with_tests(&["tests.namespace=team-a"])?);
+    let objects = hooks(render_with_tests(RELEASE, &["tests.namespace=team-a"])?);
     assert_eq!(
         describe(&objects),
         "ServiceAccount/cheiron-test, Role/cheiron-test, RoleBinding/cheiron-test, \
@@ -1030,7 +1180,12 @@ fn helm_test_checks_a_dry_run_pod_in_a_served_namespace_with_objects_that_exist_
     );
     // Default: `default`; but not when the release itself is there (never sent to the
     // webhook), and not when switched off.
-    let pod = find(&hooks(render_with_tests(&[])?), "Pod", "cheiron-test")?.clone();
+    let pod = find(
+        &hooks(render_with_tests(RELEASE, &[])?),
+        "Pod",
+        "cheiron-test",
+    )?
+    .clone();
     assert_eq!(
         pod["spec"]["containers"][0]["args"][1],
         "--namespace=default"
@@ -1048,6 +1203,42 @@ fn helm_test_checks_a_dry_run_pod_in_a_served_namespace_with_objects_that_exist_
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(hooks(documents(&output.stdout)?).is_empty());
-    assert!(hooks(render_with_tests(&["tests.enabled=false"])?).is_empty());
+    assert!(hooks(render_with_tests(RELEASE, &["tests.enabled=false"])?).is_empty());
+    Ok(())
+}
+
+/// `helm show readme` prints charts/cheiron/README.md, and its values table names every
+/// top-level value of values.yaml (a value added without a word there fails here).
+#[test]
+fn helm_show_readme_prints_the_chart_readme_naming_every_top_level_value() -> Result {
+    let readme = std::fs::read_to_string(repo().join("charts/cheiron/README.md"))?;
+    let output = run_helm(&["show", "readme", "charts/cheiron"])?;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(shown.trim_end(), readme.trim_end());
+    assert!(readme.contains("helm install"), "a quick install");
+    assert!(readme.contains("docs/image.md"), "how to build the image");
+
+    let values: Value =
+        serde_saphyr::from_slice(&std::fs::read(repo().join("charts/cheiron/values.yaml"))?)?;
+    let keys: Vec<&String> = values
+        .as_object()
+        .map(|o| o.keys().collect())
+        .unwrap_or_default();
+    assert!(keys.len() > 30, "{keys:?}");
+    let missing: Vec<&&String> = keys
+        .iter()
+        .filter(|key| {
+            !readme.contains(&format!("`{key}`")) && !readme.contains(&format!("`{key}."))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "charts/cheiron/README.md does not mention {missing:?}"
+    );
     Ok(())
 }

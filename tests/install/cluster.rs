@@ -161,41 +161,39 @@ async fn plain_manifests_apply_cleanly_in_a_server_side_dry_run() -> Result {
 async fn rendered_chart_applies_cleanly_in_a_server_side_dry_run() -> Result {
     let s = Scenario::new(CHEIRON, "install-chart").await?;
     installed(s.client()).await?;
-    for values in [
-        vec![],
-        vec![
-            "certificates.source=secret",
-            "certificates.secretName=my-tls",
-            "certificates.caBundle=Zm9v",
-        ],
-        CERT_MANAGER_AND_MONITORING.to_vec(),
-        vec!["deployment=combined"],
-        super::values::OPERATOR_VALUES.to_vec(),
-        vec![
-            "networkPolicy.webhookFrom[0].ipBlock.cidr=172.16.0.0/28",
-            "networkPolicy.webhookFrom[1].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=kube-system",
-            "networkPolicy.webhookFrom[1].podSelector.matchLabels.app=konnectivity-agent",
-            "networkPolicy.adminFrom=null",
-        ],
-    ] {
-        let objects = render_with_tests(&values)?;
-        let (foreign, own): (Vec<Value>, Vec<Value>) = objects.into_iter().partition(is_foreign);
-        // A Pod's dry run needs its ServiceAccount to exist (`helm test`'s Pod): create them.
-        for account in own.iter().filter(|o| o["kind"] == "ServiceAccount") {
-            apply(s.client(), account, true).await?;
+    for values in super::names::renderings() {
+        // The release name of the plain manifests, and one as long as Helm allows (its names
+        // cut to fit: tests/install/names.rs).
+        for release in [RELEASE, super::names::LONGEST_RELEASE] {
+            let objects = render_with_tests(release, &values)?;
+            let (foreign, own): (Vec<Value>, Vec<Value>) =
+                objects.into_iter().partition(is_foreign);
+            // cert-manager's and the Prometheus Operator's kinds are checked as rendered only
+            // (their CRDs are not in the test cluster); everything else must be accepted.
+            if values.is_empty() {
+                assert!(foreign.is_empty());
+            }
+            // The CRDs are templates (crds.install defaults to true), applied with the rest.
+            let crds = own
+                .iter()
+                .filter(|o| o["kind"] == "CustomResourceDefinition")
+                .count();
+            assert_eq!(crds, 2, "helm template {values:?}: {}", describe(&own));
+            // The node agents' namespace, for their namespaced objects' dry run, and the
+            // ServiceAccounts a Pod's dry run needs (`helm test`'s Pod).
+            for object in own
+                .iter()
+                .filter(|o| o["kind"] == "Namespace" || o["kind"] == "ServiceAccount")
+            {
+                apply(s.client(), object, true).await?;
+            }
+            dry_run_all(
+                s.client(),
+                &format!("helm template {release} {values:?}"),
+                &own,
+            )
+            .await?;
         }
-        // cert-manager's and the Prometheus Operator's kinds are checked as rendered only
-        // (their CRDs are not in the test cluster); everything else must be accepted.
-        if values.is_empty() {
-            assert!(foreign.is_empty());
-        }
-        // The CRDs are templates (crds.install defaults to true), applied with the rest.
-        let crds = own
-            .iter()
-            .filter(|o| o["kind"] == "CustomResourceDefinition")
-            .count();
-        assert_eq!(crds, 2, "helm template {values:?}: {}", describe(&own));
-        dry_run_all(s.client(), &format!("helm template {values:?}"), &own).await?;
     }
     Ok(())
 }
@@ -406,5 +404,91 @@ async fn kubectl_apply_of_the_cluster_examples_works_on_the_first_try() -> Resul
     kubectl
         .ok(&["delete", "-f", &examples, "--wait=false"], "")
         .await?;
+    Ok(())
+}
+
+/// The chart's `webhook.objectSelector` and `webhook.matchConditions` keep objects from the
+/// webhook on the real apiserver: its registration, rendered with both and `failurePolicy:
+/// Fail` and pointed at a Service that does not exist, refuses every object it sends, so what
+/// passes was never sent. Its namespaceSelector is narrowed to this test's namespace.
+#[tokio::test]
+async fn the_charts_object_selector_and_match_conditions_keep_objects_from_the_webhook() -> Result {
+    use k8s_openapi::api::{
+        admissionregistration::v1::MutatingWebhookConfiguration, core::v1::ServiceAccount,
+    };
+
+    let s = Scenario::new(CHEIRON, "install-narrowed").await?;
+    let ns = s.create_namespace(&[], &[]).await?;
+    s.default_service_account(&ns).await?;
+    let mut values = super::chart::NARROWED_WEBHOOK.to_vec();
+    values.push("webhook.failurePolicy=Fail");
+    let rendered = render(&values)?;
+    let mut registration = find(&rendered, "MutatingWebhookConfiguration", RELEASE)?.clone();
+    let name = s.unique_name("narrowed");
+    registration["metadata"]["name"] = Value::String(name.clone());
+    let expressions = registration["webhooks"][0]["namespaceSelector"]["matchExpressions"]
+        .as_array_mut()
+        .ok_or("no namespaceSelector.matchExpressions")?;
+    expressions.push(serde_json::json!({
+        "key": harness::SCENARIO_LABEL, "operator": "In", "values": [s.id()],
+    }));
+    apply(s.client(), &registration, true).await?;
+
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let pods: Api<Pod> = Api::namespaced(s.client().clone(), &ns);
+    let accounts: Api<ServiceAccount> = Api::namespaced(s.client().clone(), &ns);
+    let pod = |labels: &[(&str, &str)]| harness::pod("narrowed-", labels, &[], &[]);
+    let account = |name: &str, labels: serde_json::Value| -> Result<ServiceAccount> {
+        Ok(serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": labels},
+        }))?)
+    };
+    // Once the apiserver has loaded it, a plain Pod is sent, and refused.
+    let sent = until(
+        "the apiserver to send Pods to the narrowed registration",
+        Duration::from_secs(30),
+        || async { pods.create(&dry_run, &pod(&[])).await.err() },
+    )
+    .await;
+    let skip = [("cheiron.example/skip", "yes")];
+    let skipped_pod = pods.create(&dry_run, &pod(&skip)).await;
+    let job_pod = pods
+        .create(
+            &dry_run,
+            &pod(&[("batch.kubernetes.io/job-name", "nightly")]),
+        )
+        .await;
+    let skipped_account = accounts
+        .create(
+            &dry_run,
+            &account(
+                "skipped",
+                serde_json::json!({"cheiron.example/skip": "yes"}),
+            )?,
+        )
+        .await;
+    let sent_account = accounts
+        .create(&dry_run, &account("sent", serde_json::json!({}))?)
+        .await;
+    Api::<MutatingWebhookConfiguration>::all(s.client().clone())
+        .delete(&name, &Default::default())
+        .await?;
+
+    let sent = sent?;
+    assert!(
+        sent.to_string().contains("inject.cheiron.anny.co"),
+        "refused by the webhook call: {sent}"
+    );
+    skipped_pod.map_err(|e| format!("objectSelector: a skipped Pod was sent: {e}"))?;
+    job_pod.map_err(|e| format!("matchConditions: a Job's Pod was sent: {e}"))?;
+    skipped_account
+        .map_err(|e| format!("objectSelector: a skipped ServiceAccount was sent: {e}"))?;
+    assert!(
+        matches!(&sent_account, Err(e) if e.to_string().contains("inject.cheiron.anny.co")),
+        "{sent_account:?}"
+    );
     Ok(())
 }

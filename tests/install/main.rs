@@ -94,21 +94,26 @@ fn run_helm(args: &[&str]) -> Result<Output> {
 /// what `helm install` creates (`helm test`'s objects, which exist only while it runs, left
 /// out: [`render_with_tests`]).
 fn render(values: &[&str]) -> Result<Vec<Value>> {
-    render_args(values, &template_args(values))
+    render_release(RELEASE, values)
 }
 
-/// [`render`] with the objects of `helm test`.
-fn render_with_tests(values: &[&str]) -> Result<Vec<Value>> {
-    let mut args = template_args(values);
+/// `helm template` of the chart as release `release` in [`NAMESPACE`] with `--set` values.
+fn render_release(release: &str, values: &[&str]) -> Result<Vec<Value>> {
+    render_args(release, values, &template_args_of(release, values))
+}
+
+/// [`render_release`] with the objects of `helm test`.
+fn render_with_tests(release: &str, values: &[&str]) -> Result<Vec<Value>> {
+    let mut args = template_args_of(release, values);
     args.retain(|a| *a != "--skip-tests");
-    render_args(values, &args)
+    render_args(release, values, &args)
 }
 
-fn render_args(values: &[&str], args: &[&str]) -> Result<Vec<Value>> {
+fn render_args(release: &str, values: &[&str], args: &[&str]) -> Result<Vec<Value>> {
     let output = run_helm(args)?;
     if !output.status.success() {
         return Err(format!(
-            "helm template {values:?} failed: {}",
+            "helm template {release} {values:?} failed: {}",
             String::from_utf8_lossy(&output.stderr)
         )
         .into());
@@ -117,9 +122,13 @@ fn render_args(values: &[&str], args: &[&str]) -> Result<Vec<Value>> {
 }
 
 fn template_args<'a>(values: &[&'a str]) -> Vec<&'a str> {
+    template_args_of(RELEASE, values)
+}
+
+fn template_args_of<'a>(release: &'a str, values: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "template",
-        RELEASE,
+        release,
         "charts/cheiron",
         "--namespace",
         NAMESPACE,
@@ -162,6 +171,12 @@ mod under_rbac;
 mod alerts;
 
 mod node_agent;
+
+/// The krew manifest of `kubectl cheiron` (`scripts/krew-manifest`).
+mod krew;
+
+/// Names that stay valid and unique for the longest release name Helm allows.
+mod names;
 
 mod values;
 

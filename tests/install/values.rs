@@ -49,6 +49,58 @@ fn invalid_values_are_refused_with_a_reason() -> Result {
             "set replicaCount to 1",
         ),
         (vec!["deployment=both"], "deployment"),
+        (vec!["certificates.jobs.replicas=2"], "replicas"),
+        (vec!["certificates.jobs.nodeSelector.pool=1"], "pool"),
+        (vec!["node.podLabels.tier=1"], "tier"),
+        (vec!["node.resources.request.cpu=1m"], "request"),
+        (
+            vec![
+                "webhook.matchConditions[0].name=not-ignore-true",
+                "webhook.matchConditions[0].expression=x",
+            ],
+            "the name not-ignore-true is taken",
+        ),
+        (
+            vec![
+                "webhook.matchConditions[0].name=a",
+                "webhook.matchConditions[0].expression=x",
+                "webhook.matchConditions[1].name=a",
+                "webhook.matchConditions[1].expression=y",
+            ],
+            "the name a is taken",
+        ),
+        (vec!["webhook.matchConditions[0].name=a"], "expression"),
+        (vec!["webhook.objectSelector.namespaces={a}"], "namespaces"),
+        (
+            vec![
+                "serviceAccount.names.webhook=platform",
+                "serviceAccount.names.controller=platform",
+            ],
+            "name the same ServiceAccount",
+        ),
+        (
+            vec![
+                "deployment=combined",
+                "serviceAccount.names.webhook=platform",
+            ],
+            "combined runs under one ServiceAccount, serviceAccount.name",
+        ),
+        (
+            vec!["serviceAccount.names.certificates=cheiron-webhook"],
+            "names the webhook's ServiceAccount",
+        ),
+        (vec!["serviceAccount.names.operator=x"], "operator"),
+        (vec!["serviceAccount.names.webhook=Platform"], "webhook"),
+        // Cut to fit otherwise: `<name>-controller` within 63, the full name within 36.
+        (
+            vec!["serviceAccount.name=a-base-name-that-leaves-no-room-for-the-controller-suffix"],
+            "52",
+        ),
+        (
+            vec!["fullnameOverride=a-full-name-of-thirty-seven-characters"],
+            "36",
+        ),
+        (vec!["nameOverride=Cheiron"], "nameOverride"),
         (vec!["metrics.auth=basic"], "auth"),
         (vec!["controller.replicaCount=0"], "replicaCount"),
         (vec!["image.digest=latest"], "digest"),
@@ -237,5 +289,101 @@ fn operator_values_reach_the_objects_they_name() -> Result {
     assert!(webhook.get("tolerations").is_none(), "{webhook}");
     assert_eq!(controller["nodeSelector"]["pool"], "system");
     assert_eq!(controller["tolerations"][0]["key"], "dedicated");
+    Ok(())
+}
+
+/// The node agent's and the certificate Jobs' own Pod values.
+pub(crate) const COMPONENT_VALUES: [&str; 18] = [
+    "node.enabled=true",
+    "node.podAnnotations.agent=yes",
+    "node.podLabels.tier=node",
+    "node.priorityClassName=system-node-critical",
+    "node.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=cheiron.example/pull",
+    "node.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+    "podAnnotations.shared=yes",
+    "nodeSelector.pool=general",
+    "priorityClassName=cheiron-high",
+    "certificates.jobs.resources.requests.cpu=20m",
+    "certificates.jobs.resources.limits.memory=96Mi",
+    "certificates.jobs.nodeSelector.pool=system",
+    "certificates.jobs.tolerations[0].key=dedicated",
+    "certificates.jobs.tolerations[0].operator=Exists",
+    "certificates.jobs.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=kubernetes.io/os",
+    "certificates.jobs.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+    "certificates.jobs.podAnnotations.job=yes",
+    "certificates.jobs.priorityClassName=cheiron-install",
+];
+
+#[test]
+fn the_node_agent_and_the_certificate_jobs_take_their_own_pod_values() -> Result {
+    let objects = render(&COMPONENT_VALUES)?;
+    let agent = &objects
+        .iter()
+        .find(|o| o["kind"] == "DaemonSet")
+        .ok_or("no DaemonSet")?["spec"]["template"];
+    assert_eq!(
+        agent["metadata"]["annotations"],
+        serde_json::json!({"agent": "yes"}),
+        "the node's own, not the shared podAnnotations"
+    );
+    assert_eq!(agent["metadata"]["labels"]["tier"], "node");
+    assert_eq!(agent["spec"]["priorityClassName"], "system-node-critical");
+    assert_eq!(
+        agent["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"][0]["matchExpressions"][0]["key"],
+        "cheiron.example/pull"
+    );
+    assert!(agent["spec"].get("nodeSelector").is_none(), "{agent}");
+    for step in ["create", "patch"] {
+        let job = &find(&objects, "Job", &format!("cheiron-certs-{step}"))?["spec"]["template"];
+        let spec = &job["spec"];
+        assert_eq!(
+            job["metadata"]["annotations"],
+            serde_json::json!({"job": "yes"})
+        );
+        assert_eq!(spec["priorityClassName"], "cheiron-install");
+        assert_eq!(spec["nodeSelector"], serde_json::json!({"pool": "system"}));
+        assert_eq!(spec["tolerations"][0]["key"], "dedicated");
+        assert_eq!(
+            spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+                [0]["matchExpressions"][0]["key"],
+            "kubernetes.io/os"
+        );
+        assert_eq!(
+            spec["containers"][0]["resources"],
+            serde_json::json!({"requests": {"cpu": "20m", "memory": "32Mi"}, "limits": {"memory": "96Mi"}}),
+            "{step}: merged into the defaults, as helm does"
+        );
+    }
+
+    // Unset, the Jobs take the shared values, and their resources stay the plain manifests'.
+    let shared = render(&[
+        "podAnnotations.shared=yes",
+        "nodeSelector.pool=general",
+        "priorityClassName=cheiron-high",
+    ])?;
+    let job = &find(&shared, "Job", "cheiron-certs-create")?["spec"]["template"];
+    assert_eq!(
+        job["metadata"]["annotations"],
+        serde_json::json!({"shared": "yes"})
+    );
+    assert_eq!(job["spec"]["priorityClassName"], "cheiron-high");
+    assert_eq!(
+        job["spec"]["nodeSelector"],
+        serde_json::json!({"pool": "general"})
+    );
+    assert!(
+        job["spec"].get("affinity").is_none(),
+        "the Deployments' affinity is theirs"
+    );
+    let plain = plain_objects()?;
+    let plain_job = plain
+        .iter()
+        .find(|o| o["kind"] == "Job")
+        .ok_or("no Job in webhook-config/")?;
+    assert_eq!(
+        job["spec"]["containers"][0]["resources"],
+        plain_job["spec"]["template"]["spec"]["containers"][0]["resources"]
+    );
     Ok(())
 }

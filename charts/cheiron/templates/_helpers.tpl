@@ -3,16 +3,23 @@
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* The release's full name: the release name alone when it already contains the chart name. */}}
+{{/*
+The release's full name: the release name alone when it already contains the chart name, else
+`<release>-<name>`; fullnameOverride replaces it. Cut to 36 characters: the chart appends
+suffixes to it (the longest is `-credential-provider-tokens`, 27), and every name it renders
+must stay a DNS label (at most 63) for a release name as long as Helm allows (53). One cut for
+all names, not one per name, so that two suffixes never meet on the same name.
+*/}}
 {{- define "cheiron.fullname" -}}
+{{- $max := 36 }}
 {{- if .Values.fullnameOverride }}
-{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- .Values.fullnameOverride | trunc $max | trimSuffix "-" }}
 {{- else }}
 {{- $name := default .Chart.Name .Values.nameOverride }}
 {{- if contains $name .Release.Name }}
-{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- .Release.Name | trunc $max | trimSuffix "-" }}
 {{- else }}
-{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- printf "%s-%s" .Release.Name $name | trunc $max | trimSuffix "-" }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -53,11 +60,27 @@ serves the webhook, so its Pods are webhook Pods. */}}
 {{- if eq .workload "combined" }}{{ $fullname }}{{ else }}{{ printf "%s-%s" $fullname .workload }}{{ end }}
 {{- end }}
 
-{{/* The ServiceAccount of workload `.workload`: `<base>-webhook` and `<base>-controller` (split),
-`<base>` (combined), `<base>` being serviceAccount.name or the full name. */}}
+{{/* The ServiceAccount of workload `.workload`: serviceAccount.names.<workload> (split) if set,
+else `<base>-webhook` and `<base>-controller` (split), `<base>` (combined), `<base>` being
+serviceAccount.name or the full name. */}}
 {{- define "cheiron.workloadServiceAccount" -}}
 {{- $base := default (include "cheiron.fullname" .root) .root.Values.serviceAccount.name }}
-{{- if eq .workload "combined" }}{{ $base }}{{ else }}{{ printf "%s-%s" $base .workload }}{{ end }}
+{{- $names := .root.Values.serviceAccount.names | default dict }}
+{{- if eq .workload "combined" }}{{ $base }}
+{{- else }}{{ default (printf "%s-%s" $base .workload) (get $names .workload) }}
+{{- end }}
+{{- end }}
+
+{{/* The ServiceAccount of the cheiron-certs hook Jobs: serviceAccount.names.certificates, or
+`<fullname>-certs`. */}}
+{{- define "cheiron.certificatesServiceAccount" -}}
+{{- default (printf "%s-certs" (include "cheiron.fullname" .)) (dig "names" "certificates" "" .Values.serviceAccount) }}
+{{- end }}
+
+{{/* The node agents' ServiceAccount, in the node namespace: serviceAccount.names.nodeAgent, or
+`<fullname>-node-agent`. */}}
+{{- define "cheiron.nodeAgentServiceAccount" -}}
+{{- default (printf "%s-node-agent" (include "cheiron.fullname" .)) (dig "names" "nodeAgent" "" .Values.serviceAccount) }}
 {{- end }}
 
 {{/* The ServiceAccount the webhook's ClusterRole is bound to. */}}
@@ -107,16 +130,29 @@ serves the webhook, so its Pods are webhook Pods. */}}
 {{- if and .Values.tests.enabled .Values.tests.namespace (not (include "cheiron.served" (dict "root" . "namespace" .Values.tests.namespace))) }}
 {{- fail (printf "tests.namespace %s is never sent to the webhook, so helm test would fail: choose a namespace cheiron serves (or tests.enabled=false)" .Values.tests.namespace) }}
 {{- end }}
+{{- if eq .Values.deployment "combined" }}
+{{- if or (dig "names" "webhook" "" .Values.serviceAccount) (dig "names" "controller" "" .Values.serviceAccount) }}
+{{- fail "serviceAccount.names.webhook and serviceAccount.names.controller are for deployment=split: combined runs under one ServiceAccount, serviceAccount.name" }}
+{{- end }}
+{{- else }}
+{{- if eq (include "cheiron.webhookIdentity" .) (include "cheiron.controllerIdentity" .) }}
+{{- fail "serviceAccount.names.webhook and serviceAccount.names.controller name the same ServiceAccount: split runs the webhook and the controller under identities of their own (or use deployment=combined)" }}
+{{- end }}
+{{- if eq (include "cheiron.webhookIdentity" .) (include "cheiron.certificatesServiceAccount" .) }}
+{{- fail "serviceAccount.names.certificates names the webhook's ServiceAccount: the cheiron-certs Jobs' rights (Secrets) would reach the webhook, which reads no Secret; give the Jobs an account of their own" }}
+{{- end }}
+{{- end }}
 {{- if and (eq .Values.certificates.source "secret") (not .Values.certificates.secretName) }}
 {{- fail "certificates.source=secret needs certificates.secretName: the kubernetes.io/tls Secret you created" }}
 {{- end }}
 {{- end }}
 
 {{/*
-The node agents' namespace (docs/node.md): node.namespace, default `<release namespace>-node`.
+The node agents' namespace (docs/node.md): node.namespace, default `<release namespace>-node`
+(the release namespace cut to 58 characters: a namespace name is a DNS label).
 */}}
 {{- define "cheiron.nodeNamespace" -}}
-{{- default (printf "%s-node" .Release.Namespace) .Values.node.namespace }}
+{{- default (printf "%s-node" (.Release.Namespace | trunc 58 | trimSuffix "-")) .Values.node.namespace }}
 {{- end }}
 
 {{/*
