@@ -516,6 +516,10 @@ pub struct NodeCluster {
     /// keeps what it read for five minutes: `NewDefaultDockerKeyring` in the kubelet's
     /// `pkg/credentialprovider`).
     pub kubelet_root: PathBuf,
+    /// The kubelet's `podLogsDir`: `<namespace>_<pod>_<uid>/<container>/<restart>.log`. The
+    /// apiserver cannot reach this kubelet (it listens on loopback and accepts only its own
+    /// clients), so `kubectl logs` and `helm test --logs` do not work: read the files.
+    pub pod_logs: PathBuf,
     /// Where cheiron processes of this cluster run (for a node agent).
     pub cheiron_host: Host,
     /// The controller's credential-provider plugin [`SHORT_LIVED`].
@@ -605,6 +609,30 @@ impl NodeCluster {
 
     fn start_bare(cheiron: Cheiron, dir: PathBuf) -> Starting {
         Box::pin(Self::start_in(cheiron, dir, Placement::InCluster))
+    }
+
+    /// What container `container` of Pod `namespace/pod` has logged so far (every Pod of that
+    /// name the kubelet ran, every restart), from the kubelet's log files ([`Self::pod_logs`]).
+    pub fn container_log(&self, namespace: &str, pod: &str, container: &str) -> Result<String> {
+        let prefix = format!("{namespace}_{pod}_");
+        let mut text = String::new();
+        for entry in std::fs::read_dir(&self.pod_logs)?.flatten() {
+            if !entry.file_name().to_string_lossy().starts_with(&prefix) {
+                continue;
+            }
+            let dir = entry.path().join(container);
+            for log in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                text.push_str(&std::fs::read_to_string(log.path())?);
+            }
+        }
+        if text.is_empty() {
+            return Err(format!(
+                "no log of container {container} of Pod {namespace}/{pod} in {}",
+                self.pod_logs.display()
+            )
+            .into());
+        }
+        Ok(text)
     }
 
     /// The admin kubeconfig file (`system:masters`), for helm and kubectl.
@@ -731,6 +759,7 @@ impl NodeCluster {
             node_mode_host,
             node_credentials,
             kubelet_root: kubelet_root(&state),
+            pod_logs: state.join("logs"),
             cheiron_host: host,
             short_lived,
             plugin_bin_dir: provider.bin_dir,
@@ -1023,7 +1052,7 @@ async fn start_node(
     }
     run(Command::new("ip").args(["link", "set", &bridge, "up"]))?;
     forward_kubernetes_service(&control_plane.server)?;
-    let pod_logs = state.join("logs");
+    let pod_logs = state.join("logs"); // NodeCluster::pod_logs
     std::fs::create_dir_all(&pod_logs)?;
     std::fs::write(state.join("pod-logs"), pod_logs.display().to_string())?;
 
