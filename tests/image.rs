@@ -389,9 +389,17 @@ fn path_finds_the_command_names_the_chart_and_plain_manifests_run() -> TestResul
 
     // `command: [name]` in the chart templates and `command:\n- name` in the plain manifests.
     let mut commands = Vec::new();
-    for dir in ["charts/cheiron/templates", "webhook-config"] {
+    for dir in [
+        "charts/cheiron/templates",
+        "charts/cheiron/templates/tests",
+        "webhook-config",
+    ] {
         for file in fs::read_dir(repo().join(dir))? {
-            let text = fs::read_to_string(file?.path())?;
+            let path = file?.path();
+            if path.is_dir() {
+                continue;
+            }
+            let text = fs::read_to_string(path)?;
             let mut lines = text.lines().map(str::trim);
             while let Some(line) = lines.next() {
                 if let Some(list) = line.strip_prefix("command: [") {
