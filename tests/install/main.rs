@@ -150,3 +150,8 @@ mod node_agent;
 mod values;
 
 mod webhook_network;
+
+/// The chart's ServiceMonitor: HTTPS with the serving certificate's CA and a bearer token when
+/// metrics auth is on, relabelings and honorLabels; the monitoring values' schema.
+mod monitoring;
+
