@@ -176,11 +176,12 @@ async fn rendered_chart_applies_cleanly_in_a_server_side_dry_run() -> Result {
         vec!["deployment=combined"],
         super::values::OPERATOR_VALUES.to_vec(),
         // Monitoring with metrics auth: the Deployments probing HTTPS with the certificate
-        // mounted, the scraper's ServiceAccount, token Secret and binding.
+        // mounted, the scraper's ServiceAccount, token Secret and binding, the dashboard.
         vec![
             "metrics.auth=kubernetes",
             "serviceMonitor.enabled=true",
             "prometheusRule.enabled=true",
+            "grafanaDashboard.enabled=true",
         ],
         vec![
             "networkPolicy.webhookFrom[0].ipBlock.cidr=172.16.0.0/28",

@@ -155,3 +155,6 @@ mod webhook_network;
 /// metrics auth is on, relabelings and honorLabels; the monitoring values' schema.
 mod monitoring;
 
+/// The chart's Grafana dashboard: its panels, every metric it queries exported by a running
+/// cheiron, and its opt-in ConfigMap for Grafana's sidecar.
+mod dashboard;

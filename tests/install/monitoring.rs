@@ -157,6 +157,8 @@ fn invalid_monitoring_values_are_refused_with_a_reason() -> Result {
             vec!["prometheusRule.memoryNearLimitFor=soon"],
             "memoryNearLimitFor",
         ),
+        (vec!["grafanaDashboard.sidecarLabel="], "sidecarLabel"),
+        (vec!["grafanaDashboard.folder=cheiron"], "folder"),
     ] {
         let output = run_helm(&template_args(&values))?;
         let stderr = String::from_utf8_lossy(&output.stderr);
