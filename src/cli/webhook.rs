@@ -58,6 +58,10 @@ pub struct AdminArgs {
     pub metrics_auth_cache_ttl: Duration,
 }
 
+/// Logged, once start-up has succeeded, by a server whose `/metrics` wants bearer tokens on a
+/// plain-HTTP port.
+const TOKENS_IN_CLEAR: &str = "--metrics-auth kubernetes without --admin-tls-cert-dir: scrapers send their bearer tokens over plain HTTP";
+
 /// The admin port as [`AdminArgs`] describe it, resolved.
 pub struct Admin {
     /// `--admin-listen`.
@@ -82,6 +86,8 @@ impl Admin {
             access,
             tls_cert_dir,
         } = self;
+        let tokens_in_clear =
+            matches!(access, MetricsAccess::Reviewed(_)) && tls_cert_dir.is_none();
         let mut state = state.with_metrics_access(access);
         let certificate = match tls_cert_dir {
             Some(dir) => {
@@ -92,9 +98,13 @@ impl Admin {
             }
             None => None,
         };
-        serve_admin(listen, state, certificate)
+        let server = serve_admin(listen, state, certificate)
             .await
-            .with_context(|| format!("cannot listen on {listen}"))
+            .with_context(|| format!("cannot listen on {listen}"))?;
+        if tokens_in_clear {
+            tracing::warn!("{TOKENS_IN_CLEAR}");
+        }
+        Ok(server)
     }
 }
 
@@ -110,12 +120,6 @@ impl AdminArgs {
             metrics_auth_cache_size,
             metrics_auth_cache_ttl,
         } = self;
-        if metrics_auth == MetricsAuth::Kubernetes && admin_tls_cert_dir.is_none() {
-            tracing::warn!(
-                "--metrics-auth kubernetes without --admin-tls-cert-dir: scrapers send their \
-                 bearer tokens over plain HTTP"
-            );
-        }
         let access = match metrics_auth {
             MetricsAuth::None => MetricsAccess::Open,
             MetricsAuth::Kubernetes => {

@@ -335,6 +335,12 @@ impl Prepared {
         // The first info line of the webhook, once nothing at start-up can fail.
         let admin_https = tuning.admin_certificate.is_some();
         tracing::info!(%listen, %admin_listen, admin_https, not_after = certificate.not_after(), self_signed, "webhook serving");
+        if !admin_https && matches!(tuning.metrics_access, MetricsAccess::Reviewed(_)) {
+            tracing::warn!(
+                "--metrics-auth kubernetes without --admin-tls-cert-dir: scrapers send their \
+                 bearer tokens over plain HTTP"
+            );
+        }
         serve(listeners, certificate, source, metrics, shutdown, tuning).await
     }
 }
