@@ -777,3 +777,168 @@ async fn run_fails_with_a_clear_error_when_the_cert_dir_is_empty() {
         "{message}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// The admin port over HTTPS (--admin-tls-cert-dir)
+// ---------------------------------------------------------------------------------------------
+
+/// Authenticates the one token `reader`, who may read `/metrics`.
+struct OneReader;
+
+impl cheiron::admin::access::Reviewer for OneReader {
+    fn authenticate<'a>(
+        &'a self,
+        token: &'a str,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<
+            Option<k8s_openapi::api::authentication::v1::UserInfo>,
+            cheiron::admin::access::ReviewError,
+        >,
+    > {
+        let user = (token == "reader").then(|| k8s_openapi::api::authentication::v1::UserInfo {
+            username: Some("reader".to_owned()),
+            ..Default::default()
+        });
+        Box::pin(async move { Ok(user) })
+    }
+
+    fn may_read_metrics<'a>(
+        &'a self,
+        _user: &'a k8s_openapi::api::authentication::v1::UserInfo,
+    ) -> futures::future::BoxFuture<'a, Result<bool, cheiron::admin::access::ReviewError>> {
+        Box::pin(async { Ok(true) })
+    }
+}
+
+/// An admin state that is ready, with `/metrics` for [`OneReader`] only.
+fn reviewed_admin(shutdown: &CancellationToken) -> cheiron::admin::AdminState {
+    use cheiron::admin::{AdminState, CacheLimits, MetricsAccess, ReadyFlag, access::MetricsGuard};
+    let ready = Arc::new(ReadyFlag::default());
+    ready.set(true);
+    let guard = MetricsGuard::new(Arc::new(OneReader), CacheLimits::default());
+    AdminState::new(ready, Arc::new(Metrics::new()))
+        .with_shutdown(shutdown.clone())
+        .with_metrics_access(MetricsAccess::Reviewed(Arc::new(guard)))
+}
+
+/// Status of `GET url` with `token` as bearer, or the transport error.
+async fn status_of(
+    client: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+) -> Result<(StatusCode, String), reqwest::Error> {
+    let mut request = client.get(url);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await?;
+    let status = response.status();
+    Ok((status, response.text().await?))
+}
+
+#[tokio::test]
+async fn admin_port_over_https_answers_a_reader_401_without_a_token_and_nothing_over_plain_http() {
+    let certificate = Arc::new(CertResolver::self_signed().unwrap());
+    let shutdown = CancellationToken::new();
+    let state = reviewed_admin(&shutdown).with_certificate(Arc::clone(&certificate));
+    let address = free_address();
+    let server = tokio::spawn(
+        cheiron::admin::serve_admin(address, state, Some(Arc::clone(&certificate)))
+            .await
+            .unwrap(),
+    );
+    let https = client_trusting(&root_of(&certificate), true);
+    let base = format!("https://127.0.0.1:{}", address.port());
+
+    let (status, body) = status_of(&https, &format!("{base}/metrics"), Some("reader"))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        body.contains("cheiron_certificate_expiry_timestamp_seconds")
+            && body.trim_end().ends_with("# EOF"),
+        "{body}"
+    );
+    for token in [None, Some("someone-else")] {
+        let (status, body) = status_of(&https, &format!("{base}/metrics"), token)
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{token:?}: {body}");
+        assert!(!body.contains("cheiron_"), "{body}");
+    }
+    // The kubelet's probes need no token (and verify no certificate).
+    for path in ["/healthz", "/readyz"] {
+        let (status, _) = status_of(&https, &format!("{base}{path}"), None)
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::OK, "{path}");
+    }
+    // Plain HTTP, even with the reader's token, gets no answer at all.
+    let plain = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let refused = status_of(
+        &plain,
+        &format!("http://127.0.0.1:{}/metrics", address.port()),
+        Some("reader"),
+    )
+    .await;
+    assert!(refused.is_err(), "plain HTTP was answered: {refused:?}");
+    // ... and the port still serves HTTPS after it.
+    assert_eq!(
+        status_of(&https, &format!("{base}/healthz"), None)
+            .await
+            .unwrap()
+            .0,
+        StatusCode::OK
+    );
+
+    shutdown.cancel();
+    server.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn admin_https_handshakes_are_bounded_in_number_and_time() {
+    use cheiron::admin::{HandshakeLimits, HttpsListener, admin_router};
+    let certificate = Arc::new(CertResolver::self_signed().unwrap());
+    let shutdown = CancellationToken::new();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let limits = HandshakeLimits {
+        timeout: Duration::from_millis(500),
+        max_pending: 1,
+    };
+    let listener = HttpsListener::new(listener, Arc::clone(&certificate), limits).unwrap();
+    let router = admin_router(reviewed_admin(&shutdown));
+    let stop = shutdown.clone();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .await
+    });
+
+    // A client that connects and never says hello holds the one handshake slot...
+    let mut silent = TcpStream::connect(address).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // ... so the next connection is closed at once,
+    let mut second = TcpStream::connect(address).await.unwrap();
+    assert!(closed_within(&mut second, Duration::from_millis(300)).await);
+    // and the silent one once its handshake time is up.
+    assert!(closed_within(&mut silent, Duration::from_secs(3)).await);
+
+    // Then the slot is free for a real client.
+    let https = client_trusting(&root_of(&certificate), true);
+    let (status, _) = status_of(
+        &https,
+        &format!("https://127.0.0.1:{}/healthz", address.port()),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::OK);
+
+    shutdown.cancel();
+    server.await.unwrap().unwrap();
+}

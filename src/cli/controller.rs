@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{AdminArgs, ClusterArgs, ServeArgs};
 use crate::{
-    admin::{AdminState, ReadyFlag, serve_admin},
+    admin::{AdminState, ReadyFlag},
     audit::gauge::{self, Counted},
     controller::{self, Controller, ControllerError, ControllerOptions},
     credential::{CredentialProviders, ProviderSettings},
@@ -517,18 +517,13 @@ impl ControllerCommand {
         let client = paced_client(cluster).await?;
         // Before the first log line: a cluster without the CRDs is one line on stderr.
         crate::api::ensure_crds(&client).await?;
-        let (admin_listen, metrics_access) = admin.resolve(Some(&client)).await?;
+        let admin = admin.resolve(Some(&client)).await?;
+        let (admin_listen, https) = (admin.listen, admin.tls_cert_dir.is_some());
         let metrics = Arc::new(super::process_metrics());
         let ready = Arc::new(ReadyFlag::default());
-        let admin = AdminState::new(ready.clone(), metrics.clone())
-            .with_shutdown(shutdown.clone())
-            .with_metrics_access(metrics_access);
-        let admin_server = tokio::spawn(
-            serve_admin(admin_listen, admin)
-                .await
-                .with_context(|| format!("cannot listen on {admin_listen}"))?,
-        );
-        tracing::info!(%admin_listen, "controller admin server listening");
+        let state = AdminState::new(ready.clone(), metrics.clone()).with_shutdown(shutdown.clone());
+        let admin_server = tokio::spawn(admin.serve(state).await?);
+        tracing::info!(%admin_listen, https, "controller admin server listening");
         let result = controller
             .run(client, metrics, ready, shutdown.clone())
             .await;

@@ -3,13 +3,12 @@
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
-use anyhow::Context;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use super::{AdminArgs, ClusterArgs};
 use crate::{
-    admin::{AdminState, ReadyFlag, serve_admin},
+    admin::{AdminState, ReadyFlag},
     credential::duration,
     node::{
         agent::{self, AgentConfig},
@@ -149,16 +148,14 @@ impl NodeAgentArgs {
             merge_state_file,
             resync,
         };
-        let (admin_listen, metrics_access) = admin.resolve(Some(&client)).await?;
+        let admin = admin.resolve(Some(&client)).await?;
+        let admin_listen = admin.listen;
         let mut metrics = super::process_metrics();
         let node_metrics = NodeMetrics::register(&mut metrics);
         let ready = Arc::new(ReadyFlag::default());
-        let admin = AdminState::new(ready.clone(), Arc::new(metrics))
-            .with_shutdown(shutdown.clone())
-            .with_metrics_access(metrics_access);
-        let admin_server = serve_admin(admin_listen, admin)
-            .await
-            .with_context(|| format!("cannot listen on {admin_listen}"))?;
+        let state =
+            AdminState::new(ready.clone(), Arc::new(metrics)).with_shutdown(shutdown.clone());
+        let admin_server = admin.serve(state).await?;
         // Every start-up step that can fail comes before the first log line: a failure is
         // one line on stderr.
         if let Some(install) = &install {

@@ -8,17 +8,21 @@ use tokio_util::sync::CancellationToken;
 
 use super::ClusterArgs;
 use crate::{
-    admin::{CacheLimits, MetricsAccess, MetricsAuth, access::DEFAULT_CACHE_SIZE},
+    admin::{
+        AdminState, CacheLimits, MetricsAccess, MetricsAuth, access::DEFAULT_CACHE_SIZE,
+        serve_admin,
+    },
     metrics::Metrics,
     source::{ClusterSource, FileSource, LookupLimits, Source},
-    tls::TlsSource,
+    tls::{CertDir, RELOAD_PERIOD, TlsSource},
     webhook::{self, Limits, WebhookOptions},
 };
 
 /// The admin server (`/healthz`, `/readyz`, `/metrics`) and who may read its metrics.
 #[derive(Args, Debug, Clone)]
 pub struct AdminArgs {
-    /// Plain-HTTP address of /healthz, /readyz and /metrics.
+    /// Address of /healthz, /readyz and /metrics (plain HTTP, or HTTPS with
+    /// --admin-tls-cert-dir).
     #[arg(
         long,
         value_name = "ADDR",
@@ -26,6 +30,12 @@ pub struct AdminArgs {
         env = "CHEIRON_ADMIN_LISTEN"
     )]
     pub admin_listen: SocketAddr,
+    /// Serve the admin port over HTTPS only, with tls.crt and tls.key from this directory
+    /// (reloaded when they change; the webhook's --tls-cert-dir works), so that the bearer
+    /// tokens of --metrics-auth kubernetes never cross the network in clear. Probes must then
+    /// use HTTPS.
+    #[arg(long, value_name = "DIR", env = "CHEIRON_ADMIN_TLS_CERT_DIR")]
+    pub admin_tls_cert_dir: Option<PathBuf>,
     /// Who may read /metrics: `none`, anyone who reaches the admin port (restrict it with a
     /// NetworkPolicy); `kubernetes`, a bearer token the apiserver authenticates (TokenReview)
     /// of a user allowed to `get` the non-resource URL /metrics (SubjectAccessReview), which
@@ -48,16 +58,64 @@ pub struct AdminArgs {
     pub metrics_auth_cache_ttl: Duration,
 }
 
-impl AdminArgs {
-    /// The admin address, and who may read `/metrics` there. With `--metrics-auth kubernetes`,
-    /// `client` reviews the tokens; without one (static mode), a client is built from the
-    /// environment.
-    pub async fn resolve(
+/// Logged, once start-up has succeeded, by a server whose `/metrics` wants bearer tokens on a
+/// plain-HTTP port.
+const TOKENS_IN_CLEAR: &str = "--metrics-auth kubernetes without --admin-tls-cert-dir: scrapers send their bearer tokens over plain HTTP";
+
+/// The admin port as [`AdminArgs`] describe it, resolved.
+pub struct Admin {
+    /// `--admin-listen`.
+    pub listen: SocketAddr,
+    /// Who may read `/metrics`.
+    pub access: MetricsAccess,
+    /// `--admin-tls-cert-dir`: serve HTTPS with the pair in this directory.
+    pub tls_cert_dir: Option<PathBuf>,
+}
+
+impl Admin {
+    /// Binds the admin port of a process without a webhook (the controller, the node agent)
+    /// and returns its server, to run until `state`'s shutdown: over HTTPS with the pair of
+    /// `--admin-tls-cert-dir` (reloaded until shutdown; its expiry is
+    /// `cheiron_certificate_expiry_timestamp_seconds`), else plain HTTP.
+    pub async fn serve(
         self,
-        client: Option<&kube::Client>,
-    ) -> anyhow::Result<(SocketAddr, MetricsAccess)> {
+        state: AdminState,
+    ) -> anyhow::Result<futures::future::BoxFuture<'static, std::io::Result<()>>> {
+        let Self {
+            listen,
+            access,
+            tls_cert_dir,
+        } = self;
+        let tokens_in_clear =
+            matches!(access, MetricsAccess::Reviewed(_)) && tls_cert_dir.is_none();
+        let mut state = state.with_metrics_access(access);
+        let certificate = match tls_cert_dir {
+            Some(dir) => {
+                let (certificate, reloader) = CertDir::new(dir).load().await?;
+                tokio::spawn(reloader.run(RELOAD_PERIOD, state.shutdown().clone()));
+                state = state.with_certificate(Arc::clone(&certificate));
+                Some(certificate)
+            }
+            None => None,
+        };
+        let server = serve_admin(listen, state, certificate)
+            .await
+            .with_context(|| format!("cannot listen on {listen}"))?;
+        if tokens_in_clear {
+            tracing::warn!("{TOKENS_IN_CLEAR}");
+        }
+        Ok(server)
+    }
+}
+
+impl AdminArgs {
+    /// The admin address, who may read `/metrics` there, and whether it serves HTTPS. With
+    /// `--metrics-auth kubernetes`, `client` reviews the tokens; without one (static mode), a
+    /// client is built from the environment.
+    pub async fn resolve(self, client: Option<&kube::Client>) -> anyhow::Result<Admin> {
         let Self {
             admin_listen,
+            admin_tls_cert_dir,
             metrics_auth,
             metrics_auth_cache_size,
             metrics_auth_cache_ttl,
@@ -81,7 +139,11 @@ impl AdminArgs {
                 )
             }
         };
-        Ok((admin_listen, access))
+        Ok(Admin {
+            listen: admin_listen,
+            access,
+            tls_cert_dir: admin_tls_cert_dir,
+        })
     }
 }
 
@@ -277,7 +339,11 @@ impl ServeArgs {
             shutdown_delay,
             limits,
         } = self;
-        let (admin_listen, metrics_access) = admin.resolve(client).await?;
+        let Admin {
+            listen: admin_listen,
+            access,
+            tls_cert_dir: admin_tls_cert_dir,
+        } = admin.resolve(client).await?;
         let options = WebhookOptions {
             listen,
             admin_listen,
@@ -287,7 +353,8 @@ impl ServeArgs {
         let (handshake_timeout, limits) = limits.limits();
         let config = options
             .with_limits(handshake_timeout, limits)
-            .with_metrics_access(metrics_access);
+            .with_metrics_access(access)
+            .with_admin_tls(admin_tls_cert_dir);
         Ok(webhook::prepare(config).await?)
     }
 }
@@ -481,9 +548,10 @@ mod tests {
         let admin = <Admin as clap::Parser>::try_parse_from(["cheiron"])
             .unwrap()
             .admin;
-        let (address, access) = admin.resolve(None).await.unwrap();
-        assert_eq!(address.port(), 8080);
-        assert_eq!(access, MetricsAccess::Open);
+        let resolved = admin.resolve(None).await.unwrap();
+        assert_eq!(resolved.listen.port(), 8080);
+        assert_eq!(resolved.access, MetricsAccess::Open);
+        assert_eq!(resolved.tls_cert_dir, None, "plain HTTP by default");
     }
 
     #[derive(clap::Parser)]

@@ -124,12 +124,14 @@ fn field_env(name: &str, path: &str) -> EnvVar {
     }
 }
 
-fn probe(path: &str, period: i32, failures: i32) -> Probe {
+/// A probe of the admin port, over HTTPS when it serves HTTPS (`--admin-tls-cert-dir`; the
+/// kubelet does not verify the certificate of a probe).
+fn probe(path: &str, period: i32, failures: i32, https: bool) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_owned()),
             port: IntOrString::String("admin".to_owned()),
-            scheme: Some("HTTP".to_owned()),
+            scheme: Some(if https { "HTTPS" } else { "HTTP" }.to_owned()),
             ..HTTPGetAction::default()
         }),
         period_seconds: Some(period),
@@ -164,6 +166,8 @@ pub fn container_args(install: &Install, workload: Workload) -> Vec<String> {
     args.push(format!("--admin-listen=0.0.0.0:{ADMIN_PORT}"));
     if install.metrics_auth != MetricsAuth::None {
         args.push(format!("--metrics-auth={}", install.metrics_auth));
+        // Bearer tokens only over HTTPS, with the webhook's serving certificate.
+        args.push(format!("--admin-tls-cert-dir={TLS_DIR}"));
     }
     if workload.serves_webhook() {
         args.push(format!("--tls-cert-dir={TLS_DIR}"));
@@ -208,7 +212,9 @@ fn container_port(name: &str, port: i32) -> ContainerPort {
 
 /// Two replicas of `workload`, spread over nodes, non-root with a read-only root filesystem,
 /// probed on the admin port. Pods that serve the webhook mount the serving certificate from
-/// [`TLS_SECRET`]; the controller's two replicas are one leader and one warm standby.
+/// [`TLS_SECRET`], and so does the controller with `--metrics-auth kubernetes` (its admin
+/// port serves HTTPS with it); the controller's two replicas are one leader and one warm
+/// standby.
 pub fn deployment(install: &Install, workload: Workload) -> Deployment {
     let selector = install.selector(workload.component());
     let host_network = workload.serves_webhook() && install.webhook.host_network;
@@ -219,7 +225,8 @@ pub fn deployment(install: &Install, workload: Workload) -> Deployment {
     ports.push(container_port("admin", ADMIN_PORT));
     let mut volume_mounts = Vec::new();
     let mut volumes = Vec::new();
-    if workload.serves_webhook() {
+    let admin_https = install.metrics_auth == MetricsAuth::Kubernetes;
+    if workload.serves_webhook() || admin_https {
         volume_mounts.push(VolumeMount {
             name: "tls".to_owned(),
             mount_path: TLS_DIR.to_owned(),
@@ -264,8 +271,8 @@ pub fn deployment(install: &Install, workload: Workload) -> Deployment {
             field_env("CHEIRON_POD_NAMESPACE", "metadata.namespace"),
         ]),
         ports: Some(ports),
-        liveness_probe: Some(probe("/healthz", 10, 3)),
-        readiness_probe: Some(probe("/readyz", 5, 2)),
+        liveness_probe: Some(probe("/healthz", 10, 3, admin_https)),
+        readiness_probe: Some(probe("/readyz", 5, 2, admin_https)),
         resources: Some(ResourceRequirements {
             requests: Some(quantities(&[("cpu", "50m"), ("memory", "64Mi")])),
             limits: Some(quantities(&[("memory", "256Mi")])),
@@ -457,15 +464,49 @@ mod tests {
             let flag = |install: &Install| {
                 container_args(install, workload)
                     .into_iter()
-                    .filter(|a| a.starts_with("--metrics-auth"))
+                    .filter(|a| a.starts_with("--metrics-auth") || a.starts_with("--admin-tls"))
                     .collect::<Vec<_>>()
             };
             assert!(flag(&Install::default()).is_empty(), "{workload:?}");
             assert_eq!(
                 flag(&kubernetes),
-                ["--metrics-auth=kubernetes"],
+                [
+                    "--metrics-auth=kubernetes".to_owned(),
+                    format!("--admin-tls-cert-dir={TLS_DIR}")
+                ],
                 "{workload:?}"
             );
+        }
+    }
+
+    #[test]
+    fn with_metrics_auth_every_workload_mounts_the_certificate_and_probes_over_https() {
+        let kubernetes = Install {
+            metrics_auth: MetricsAuth::Kubernetes,
+            ..Install::default()
+        };
+        for (install, https) in [(Install::default(), false), (kubernetes, true)] {
+            for workload in ALL {
+                let spec = deployment(&install, workload)
+                    .spec
+                    .and_then(|s| s.template.spec)
+                    .unwrap_or_default();
+                let container = &spec.containers[0];
+                for probe in [&container.liveness_probe, &container.readiness_probe] {
+                    let scheme = probe
+                        .as_ref()
+                        .and_then(|p| p.http_get.as_ref())
+                        .and_then(|g| g.scheme.as_deref());
+                    let expected = if https { "HTTPS" } else { "HTTP" };
+                    assert_eq!(scheme, Some(expected), "{workload:?}");
+                }
+                let mounted = container
+                    .volume_mounts
+                    .iter()
+                    .flatten()
+                    .any(|m| m.name == "tls" && m.mount_path == TLS_DIR);
+                assert_eq!(mounted, https || workload.serves_webhook(), "{workload:?}");
+            }
         }
     }
 

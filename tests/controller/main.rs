@@ -24,6 +24,7 @@ mod fleet;
 mod gitops;
 mod leader_election;
 mod materialise;
+mod metrics_tls;
 mod missing_secrets;
 mod node;
 mod pull_secret_registries;

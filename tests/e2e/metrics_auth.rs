@@ -3,7 +3,8 @@
 //! metrics auth is on (`rbac::webhook_rules` and `rbac::metrics_auth_rules`), and
 //! ServiceAccounts present TokenRequest tokens to its `/metrics`: one bound to the
 //! metrics-reader rules (`nonResourceURLs: ["/metrics"], verbs: ["get"]`, what Prometheus
-//! gets), one bound to nothing.
+//! gets), one bound to nothing. With `--admin-tls-cert-dir` (what the installs pass with
+//! metrics auth on), the same over HTTPS, and nothing over plain HTTP.
 
 use std::{net::SocketAddr, path::Path, time::Duration};
 
@@ -182,6 +183,118 @@ async fn metrics_answer_a_reader_403_others_and_401_without_a_valid_token_while_
     let log = std::fs::read_to_string(webhook.log())?;
     assert!(
         !log.contains(&reader) && !log.contains(&other),
+        "a token was logged: {}",
+        webhook.log().display()
+    );
+    Ok(())
+}
+
+/// Status and body of `GET https://…/path` on `admin` with `authorization`, trusting `ca_pem`.
+async fn scrape_https(
+    admin: SocketAddr,
+    ca_pem: &str,
+    path: &str,
+    authorization: Option<&str>,
+) -> Result<(u16, String)> {
+    let https = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes())?)
+        .build()?;
+    let mut request = https.get(format!("https://{admin}{path}"));
+    if let Some(value) = authorization {
+        request = request.header(reqwest::header::AUTHORIZATION, value);
+    }
+    let response = request.send().await?;
+    let status = response.status().as_u16();
+    Ok((status, response.text().await?))
+}
+
+#[tokio::test]
+async fn with_admin_tls_a_reader_scrapes_over_https_and_plain_http_gets_no_answer() -> Result {
+    let s = Scenario::new(CHEIRON, "metrics-auth-tls").await?;
+    let cluster = s.cluster()?;
+    let ns = s.create_namespace(&[], &[]).await?;
+    for sa in ["cheiron", "prometheus"] {
+        create_service_account(&s, &ns, sa).await?;
+    }
+    grant(
+        &s,
+        &ns,
+        "cheiron",
+        [rbac::webhook_rules(), rbac::metrics_auth_rules()].concat(),
+    )
+    .await?;
+    grant(&s, &ns, "prometheus", rbac::metrics_reader_rules()).await?;
+
+    let dir = cluster.dir.join(s.id());
+    std::fs::create_dir_all(&dir)?;
+    let cheiron_kubeconfig = dir.join("cheiron.kubeconfig");
+    kubeconfig(
+        &cluster.admin_config(),
+        &token(&s, &ns, "cheiron").await?,
+        &cheiron_kubeconfig,
+    )?;
+    let tls_dir = cluster.webhook_tls_dir();
+    let admin_tls = format!("--admin-tls-cert-dir={}", tls_dir.display());
+    let mut webhook = WebhookProcess::start_with_args(
+        cluster.cheiron(),
+        "cheiron webhook --metrics-auth kubernetes --admin-tls-cert-dir",
+        &cheiron_kubeconfig,
+        tls_dir,
+        &dir.join("cheiron-webhook.log"),
+        &["--metrics-auth=kubernetes", &admin_tls],
+    )?;
+    let admin = webhook.admin_address();
+    let ca = cluster.webhook_ca_pem();
+    // The kubelet's probes, over HTTPS without a token.
+    wait_for(
+        "/readyz to answer 200 over HTTPS",
+        Duration::from_secs(30),
+        || async {
+            match scrape_https(admin, ca, "/readyz", None).await? {
+                (200, _) => Ok(()),
+                (status, body) => Err(format!("{status}: {body}").into()),
+            }
+        },
+    )
+    .await?;
+    assert_eq!(scrape_https(admin, ca, "/healthz", None).await?.0, 200);
+
+    let reader = format!("Bearer {}", token(&s, &ns, "prometheus").await?);
+    let body = wait_for(
+        "a 200 for the metrics reader's token over HTTPS",
+        GRANT_VISIBLE,
+        || async {
+            match scrape_https(admin, ca, "/metrics", Some(&reader)).await? {
+                (200, body) => Ok(body),
+                (status, body) => Err(format!("{status}: {body}").into()),
+            }
+        },
+    )
+    .await?;
+    assert!(
+        body.contains("cheiron_admission_patches_total") && body.trim_end().ends_with("# EOF"),
+        "{body}"
+    );
+    let (status, body) = scrape_https(admin, ca, "/metrics", None).await?;
+    assert_eq!(status, 401, "{body}");
+    assert!(!body.contains("cheiron_"), "{body}");
+
+    // Plain HTTP, even with the reader's token: no answer, and the probes' paths neither.
+    let plain = scrape(admin, Some(&reader)).await;
+    assert!(plain.is_err(), "/metrics over plain HTTP: {plain:?}");
+    for path in ["/readyz", "/healthz"] {
+        assert_eq!(
+            webhook.admin_status(path).await,
+            None,
+            "{path} over plain HTTP"
+        );
+    }
+    webhook.check_running()?;
+    let log = std::fs::read_to_string(webhook.log())?;
+    assert!(
+        !log.contains(reader.trim_start_matches("Bearer ")),
         "a token was logged: {}",
         webhook.log().display()
     );

@@ -184,3 +184,11 @@ mod webhook_network;
 
 /// `helm upgrade` from the chart with `crds/` to templated CRDs, and across a CRD change.
 mod upgrade;
+
+/// The chart's ServiceMonitor: HTTPS with the serving certificate's CA and a bearer token when
+/// metrics auth is on, relabelings and honorLabels; the monitoring values' schema.
+mod monitoring;
+
+/// The chart's Grafana dashboard: its panels, every metric it queries exported by a running
+/// cheiron, and its opt-in ConfigMap for Grafana's sidecar.
+mod dashboard;

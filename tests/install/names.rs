@@ -45,6 +45,14 @@ pub(super) fn renderings() -> Vec<Vec<&'static str>> {
             "node.enabled=true",
             "metrics.auth=kubernetes",
         ],
+        // Monitoring with metrics auth: the Deployments probing HTTPS with the certificate
+        // mounted, the scraper's ServiceAccount, token Secret and binding, the dashboard.
+        vec![
+            "metrics.auth=kubernetes",
+            "serviceMonitor.enabled=true",
+            "prometheusRule.enabled=true",
+            "grafanaDashboard.enabled=true",
+        ],
         // The apiserver compiles the CEL conditions and checks the selector.
         super::chart::NARROWED_WEBHOOK.to_vec(),
         super::values::COMPONENT_VALUES.to_vec(),

@@ -36,6 +36,15 @@ pub enum IssueKind {
 }
 
 impl IssueKind {
+    /// Every kind, so that each metric series can exist from the start.
+    pub const ALL: [IssueKind; 5] = [
+        IssueKind::Unmanaged,
+        IssueKind::ClaimedByOlder,
+        IssueKind::SecretWrite,
+        IssueKind::SecretDelete,
+        IssueKind::ServiceAccount,
+    ];
+
     /// Whether this is a name clash (status reason `Conflict`) rather than a failed write
     /// (`SyncFailed`, retried soon).
     pub fn is_conflict(self) -> bool {

@@ -15,4 +15,4 @@ pub mod tls;
 pub mod yaml;
 
 // The pure core this crate builds on, under the names the code uses.
-use cheiron_core::{admission, policy};
+use cheiron_core::{admission, findings, policy};

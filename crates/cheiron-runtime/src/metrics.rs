@@ -14,7 +14,7 @@ use prometheus_client::{
     registry::{Registry, Unit},
 };
 
-use crate::{admission::Outcome, policy::ManagerKind};
+use crate::{admission::Outcome, findings::IssueKind, policy::ManagerKind};
 
 pub use operations::{ManagerReadiness, Operations};
 pub use process::ProcessCollector;
@@ -535,7 +535,8 @@ impl Metrics {
             credentials.calls.clone(),
         );
 
-        // The series alerts watch exist from the start, at 0 (docs/alerts.md).
+        // The series alerts and the dashboard watch exist from the start, at 0 (docs/alerts.md,
+        // charts/cheiron/dashboards/): a rate() of a series not yet there is no data, not 0.
         for kind in [ManagerKind::Namespaced, ManagerKind::Cluster] {
             for error in RECONCILE_ERRORS {
                 let _guard = reconcile.errors.get_or_create(&ReconcileErrorLabels {
@@ -543,6 +544,15 @@ impl Metrics {
                     error,
                 });
             }
+            let _guard = reconcile.runs.get_or_create(&ReconcileLabels::from(kind));
+            let _guard = reconcile
+                .duration
+                .get_or_create(&ReconcileLabels::from(kind));
+        }
+        for issue in IssueKind::ALL {
+            let _guard = reconcile.issues.get_or_create(&IssueLabels {
+                issue: issue.as_str(),
+            });
         }
         let operations = Operations::default();
         operations.managers.start();
@@ -699,6 +709,27 @@ mod tests {
             text.contains(r#"cheiron_admission_requests_total{resource="other",operation="CREATE",outcome="not_handled"} 3"#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_series_the_dashboard_and_alerts_rate_exist_from_the_start_at_zero() {
+        let text = Metrics::new().encode().unwrap();
+        for kind in ["ImagePullSecretManager", "ClusterImagePullSecretManager"] {
+            for line in [
+                format!(r#"cheiron_reconcile_runs_total{{kind="{kind}"}} 0"#),
+                format!(r#"cheiron_reconcile_errors_total{{kind="{kind}",error="api"}} 0"#),
+                format!(r#"cheiron_reconcile_duration_seconds_count{{kind="{kind}"}} 0"#),
+            ] {
+                assert!(text.contains(&line), "missing {line} in\n{text}");
+            }
+        }
+        for issue in IssueKind::ALL {
+            let line = format!(
+                r#"cheiron_reconcile_issues_total{{issue="{}"}} 0"#,
+                issue.as_str()
+            );
+            assert!(text.contains(&line), "missing {line} in\n{text}");
+        }
     }
 
     #[test]

@@ -1,9 +1,11 @@
-//! The plain-HTTP admin server shared by the webhook and the controller: `/healthz`,
-//! `/readyz` and `/metrics`, plus the [`Readiness`] that `/readyz` reports, the shutdown
-//! behaviour both servers share (`Connection: close` once shutdown has begun), and who may
-//! read `/metrics` ([`access`], `--metrics-auth`).
+//! The admin server shared by the webhook and the controller: `/healthz`, `/readyz` and
+//! `/metrics`, plus the [`Readiness`] that `/readyz` reports, the shutdown behaviour both
+//! servers share (`Connection: close` once shutdown has begun), who may read `/metrics`
+//! ([`access`], `--metrics-auth`), and the port over HTTPS ([`https`],
+//! `--admin-tls-cert-dir`) so that the tokens `/metrics` wants never cross the network in clear.
 
 pub mod access;
+pub mod https;
 
 use std::{
     net::SocketAddr,
@@ -25,6 +27,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use access::{CacheLimits, MetricsAccess, MetricsAuth};
+pub use https::{ADMIN_HANDSHAKE_TIMEOUT, HandshakeLimits, HttpsListener, MAX_ADMIN_HANDSHAKES};
 
 use crate::{
     metrics::{CONTENT_TYPE, Metrics},
@@ -125,19 +128,31 @@ pub fn admin_router(state: AdminState) -> Router {
         .with_state(state)
 }
 
-/// Serves the admin router on `address` until `state`'s shutdown token is cancelled. Binds
-/// before returning, so a taken port is reported at once.
+/// Serves the admin router on `address` until `state`'s shutdown token is cancelled: over
+/// HTTPS with `tls`'s current certificate when given (plain HTTP is then not served), else
+/// over plain HTTP. Binds before returning, so a taken port is reported at once.
 pub async fn serve_admin(
     address: SocketAddr,
     state: AdminState,
-) -> std::io::Result<impl Future<Output = std::io::Result<()>> + Send + 'static> {
+    tls: Option<Arc<CertResolver>>,
+) -> std::io::Result<futures::future::BoxFuture<'static, std::io::Result<()>>> {
     let listener = TcpListener::bind(address).await?;
     let stop = state.shutdown.clone();
     let router = admin_router(state);
-    Ok(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(stop.cancelled_owned())
-            .await
+    Ok(match tls {
+        None => Box::pin(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await
+        }),
+        Some(certificate) => {
+            let listener = HttpsListener::new(listener, certificate, HandshakeLimits::default())?;
+            Box::pin(async move {
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await
+            })
+        }
     })
 }
 

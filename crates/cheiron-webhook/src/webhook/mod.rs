@@ -4,7 +4,7 @@
 //! tests build the routers or call [`serve`] on sockets bound to port 0.
 //!
 //! ```text
-//!              HTTPS :8443                                   HTTP :8080 (crate::admin)
+//!              HTTPS :8443                         HTTP :8080, or HTTPS (crate::admin)
 //!   accept: a slot under the cap (per listener, per peer; when full, a peer below its fair
 //!   share evicts the largest holder's oldest idle connection), else closed at once
 //!   TLS (CertResolver, ArcSwap), handshake timeout; HTTP/1 header, HTTP/2 preface and
@@ -29,6 +29,7 @@ mod slots;
 
 use std::{
     net::SocketAddr,
+    path::PathBuf,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -68,7 +69,7 @@ pub const BODY_TIMEOUT: Duration = DEFAULT_BODY_TIMEOUT;
 pub struct WebhookOptions {
     /// `--listen`: the HTTPS address of `POST /mutate`.
     pub listen: SocketAddr,
-    /// `--admin-listen`: the plain-HTTP address of `/healthz`, `/readyz` and `/metrics`.
+    /// `--admin-listen`: the address of `/healthz`, `/readyz` and `/metrics`.
     pub admin_listen: SocketAddr,
     /// `--tls-cert-dir` or `--self-signed`.
     pub tls: TlsSource,
@@ -87,6 +88,9 @@ pub struct WebhookConfig {
     pub limits: Limits,
     /// Who may read `/metrics` (default: anyone who reaches the admin port).
     pub metrics_access: MetricsAccess,
+    /// `--admin-tls-cert-dir`: the admin port serves HTTPS only, with the pair in this
+    /// directory (default: plain HTTP).
+    pub admin_tls: Option<PathBuf>,
 }
 
 impl WebhookOptions {
@@ -97,6 +101,7 @@ impl WebhookOptions {
             handshake_timeout,
             limits,
             metrics_access: MetricsAccess::Open,
+            admin_tls: None,
         }
     }
 }
@@ -105,6 +110,14 @@ impl WebhookConfig {
     /// `/metrics` answers only who `access` lets in (`--metrics-auth`).
     pub fn with_metrics_access(mut self, access: MetricsAccess) -> Self {
         self.metrics_access = access;
+        self
+    }
+
+    /// The admin port serves HTTPS only, with `tls.crt` and `tls.key` of `dir`
+    /// (`--admin-tls-cert-dir`; `None`: plain HTTP). The webhook's own `--tls-cert-dir` shares
+    /// its certificate and reloader.
+    pub fn with_admin_tls(mut self, dir: Option<PathBuf>) -> Self {
+        self.admin_tls = dir;
         self
     }
 }
@@ -243,17 +256,28 @@ pub async fn prepare(config: impl Into<WebhookConfig>) -> Result<Prepared, Webho
         handshake_timeout,
         limits,
         metrics_access,
+        admin_tls,
     } = config.into();
-    // Stops the reloader when serving ends, whichever way.
+    // Stops the reloaders when serving ends, whichever way.
     let reloading = CancellationToken::new();
     let stop_reloading = reloading.clone().drop_guard();
     let self_signed = matches!(tls, TlsSource::SelfSigned);
+    let shares_certificate = matches!((&tls, &admin_tls), (TlsSource::Dir(a), Some(b)) if a == b);
     let certificate = match tls {
         TlsSource::SelfSigned => Arc::new(CertResolver::self_signed()?),
         TlsSource::Dir(dir) => {
             let (certificate, reloader) = CertDir::new(dir).load().await?;
-            tokio::spawn(reloader.run(RELOAD_PERIOD, reloading));
+            tokio::spawn(reloader.run(RELOAD_PERIOD, reloading.clone()));
             certificate
+        }
+    };
+    let admin_certificate = match admin_tls {
+        None => None,
+        Some(_) if shares_certificate => Some(Arc::clone(&certificate)),
+        Some(dir) => {
+            let (certificate, reloader) = CertDir::new(dir).load().await?;
+            tokio::spawn(reloader.run(RELOAD_PERIOD, reloading));
+            Some(certificate)
         }
     };
     let listeners = Listeners {
@@ -274,6 +298,7 @@ pub async fn prepare(config: impl Into<WebhookConfig>) -> Result<Prepared, Webho
             },
             limits,
             metrics_access,
+            admin_certificate,
         },
     })
 }
@@ -308,7 +333,14 @@ impl Prepared {
             tuning,
         } = self;
         // The first info line of the webhook, once nothing at start-up can fail.
-        tracing::info!(%listen, %admin_listen, not_after = certificate.not_after(), self_signed, "webhook serving");
+        let admin_https = tuning.admin_certificate.is_some();
+        tracing::info!(%listen, %admin_listen, admin_https, not_after = certificate.not_after(), self_signed, "webhook serving");
+        if !admin_https && matches!(tuning.metrics_access, MetricsAccess::Reviewed(_)) {
+            tracing::warn!(
+                "--metrics-auth kubernetes without --admin-tls-cert-dir: scrapers send their \
+                 bearer tokens over plain HTTP"
+            );
+        }
         serve(listeners, certificate, source, metrics, shutdown, tuning).await
     }
 }

@@ -54,7 +54,8 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 pub struct Listeners {
     /// HTTPS, `POST /mutate`.
     pub webhook: TcpListener,
-    /// Plain HTTP, `/healthz`, `/readyz`, `/metrics`.
+    /// `/healthz`, `/readyz`, `/metrics`: plain HTTP, or HTTPS with
+    /// [`Tuning::admin_certificate`].
     pub admin: TcpListener,
 }
 
@@ -84,7 +85,7 @@ impl Timing {
 
 /// How [`serve`] is tuned: the shutdown sequence, the limits on clients and who may read
 /// `/metrics`. A [`Timing`] alone means the default [`Limits`] and an open `/metrics`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Tuning {
     /// The durations of the shutdown sequence, and the TLS handshake timeout.
     pub timing: Timing,
@@ -92,6 +93,24 @@ pub struct Tuning {
     pub limits: Limits,
     /// Who may read `/metrics` on the admin port (`--metrics-auth`).
     pub metrics_access: MetricsAccess,
+    /// `--admin-tls-cert-dir`: the admin port serves HTTPS only, with this certificate;
+    /// `None`, plain HTTP.
+    pub admin_certificate: Option<Arc<CertResolver>>,
+}
+
+/// Equal when everything is, and both serve the admin port over plain HTTP or share one
+/// certificate.
+impl PartialEq for Tuning {
+    fn eq(&self, other: &Self) -> bool {
+        self.timing == other.timing
+            && self.limits == other.limits
+            && self.metrics_access == other.metrics_access
+            && match (&self.admin_certificate, &other.admin_certificate) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    }
 }
 
 impl From<Timing> for Tuning {
@@ -100,6 +119,7 @@ impl From<Timing> for Tuning {
             timing,
             limits: Limits::default(),
             metrics_access: MetricsAccess::Open,
+            admin_certificate: None,
         }
     }
 }
@@ -108,8 +128,8 @@ impl From<Timing> for Tuning {
 const WEBHOOK: &str = "webhook";
 const ADMIN: &str = "admin";
 
-/// Serves `POST /mutate` over HTTPS on `listeners.webhook` and the admin endpoints over plain
-/// HTTP on `listeners.admin`, until `shutdown` is cancelled and the sequence of [`Timing`]
+/// Serves `POST /mutate` over HTTPS on `listeners.webhook` and the admin endpoints on
+/// `listeners.admin` (plain HTTP, or HTTPS with [`Tuning::admin_certificate`]), until `shutdown` is cancelled and the sequence of [`Timing`]
 /// has run: `/readyz` fails at once, serving goes on for `shutdown_delay`, then the listeners
 /// close and connections drain (HTTP/1 finishes its request and closes, HTTP/2 gets GOAWAY),
 /// at most for `drain_timeout`.
@@ -129,8 +149,13 @@ pub async fn serve(
         timing,
         limits,
         metrics_access,
+        admin_certificate,
     } = tuning.into();
     let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(Arc::clone(&certificate))?));
+    let admin_acceptor = match admin_certificate {
+        Some(admin) => Some(TlsAcceptor::from(Arc::new(tls::server_config(admin)?))),
+        None => None,
+    };
     metrics.certificate_expiry.set(certificate.not_after());
     let state = WebhookState::new(source, Arc::clone(&metrics))
         .with_limits(&limits)
@@ -154,7 +179,7 @@ pub async fn serve(
     };
     let admin = Endpoint {
         service: TowerToHyperService::new(admin_router(state.admin())),
-        tls: None,
+        tls: admin_acceptor,
         protocols,
         handshake_timeout: timing.handshake_timeout,
         timers,
@@ -255,8 +280,8 @@ async fn pause_after_accept_error(error: io::Error) {
 }
 
 /// The HTTP/1.1 and HTTP/2 connection builders. Over TLS the protocol is the one ALPN chose
-/// (no ALPN means HTTP/1.1); the plain admin port speaks HTTP/1.1, which probes and
-/// Prometheus use. Fixing the protocol up front, instead of sniffing the first bytes, puts
+/// (no ALPN means HTTP/1.1); the admin port over plain HTTP speaks HTTP/1.1, which probes
+/// and Prometheus use. Fixing the protocol up front, instead of sniffing the first bytes, puts
 /// every connection under a read timeout from its first byte.
 struct Protocols {
     http1: auto::Builder<TokioExecutor>,
