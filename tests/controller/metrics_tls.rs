@@ -3,8 +3,6 @@
 //! an hour (so it never reconciles beside the shared controller) and serves its admin port
 //! over HTTPS only, with the cluster's webhook certificate.
 
-use std::time::Duration;
-
 use cheiron::install::rbac;
 use k8s_openapi::{
     api::{
@@ -35,18 +33,8 @@ async fn get(
     path: &str,
     token: Option<&str>,
 ) -> Result<(u16, String)> {
-    let https = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .tls_built_in_root_certs(false)
-        .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes())?)
-        .build()?;
-    let mut request = https.get(format!("https://{admin}{path}"));
-    if let Some(token) = token {
-        request = request.bearer_auth(token);
-    }
-    let response = request.send().await?;
-    let status = response.status().as_u16();
-    Ok((status, response.text().await?))
+    let authorization = token.map(|t| format!("Bearer {t}"));
+    harness::admin_get(admin, Some(ca_pem), path, authorization.as_deref()).await
 }
 
 #[tokio::test]

@@ -85,16 +85,39 @@ fn kubeconfig(config: &kube::Config, token: &str, path: &Path) -> Result {
 
 /// Status and body of `GET /metrics` with `authorization` as the `Authorization` header.
 async fn scrape(admin: SocketAddr, authorization: Option<&str>) -> Result<(u16, String)> {
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .build()?;
-    let mut request = http.get(format!("http://{admin}/metrics"));
-    if let Some(value) = authorization {
-        request = request.header(reqwest::header::AUTHORIZATION, value);
+    harness::admin_get(admin, None, "/metrics", authorization).await
+}
+
+/// A namespace with ServiceAccounts `cheiron` (the webhook's rights and metrics auth's) and
+/// `prometheus` (metrics reader), plus `others` without rights, and a kubeconfig of `cheiron`'s
+/// token for the webhook process, in the test's own directory.
+async fn identities(
+    s: &Scenario,
+    others: &[&str],
+) -> Result<(String, std::path::PathBuf, std::path::PathBuf)> {
+    let cluster = s.cluster()?;
+    let ns = s.create_namespace(&[], &[]).await?;
+    for sa in ["cheiron", "prometheus"].iter().chain(others) {
+        create_service_account(s, &ns, sa).await?;
     }
-    let response = request.send().await?;
-    let status = response.status().as_u16();
-    Ok((status, response.text().await?))
+    grant(
+        s,
+        &ns,
+        "cheiron",
+        [rbac::webhook_rules(), rbac::metrics_auth_rules()].concat(),
+    )
+    .await?;
+    grant(s, &ns, "prometheus", rbac::metrics_reader_rules()).await?;
+
+    let dir = cluster.dir.join(s.id());
+    std::fs::create_dir_all(&dir)?;
+    let cheiron_kubeconfig = dir.join("cheiron.kubeconfig");
+    kubeconfig(
+        &cluster.admin_config(),
+        &token(s, &ns, "cheiron").await?,
+        &cheiron_kubeconfig,
+    )?;
+    Ok((ns, dir, cheiron_kubeconfig))
 }
 
 #[tokio::test]
@@ -102,27 +125,7 @@ async fn metrics_answer_a_reader_403_others_and_401_without_a_valid_token_while_
 -> Result {
     let s = Scenario::new(CHEIRON, "metrics-auth").await?;
     let cluster = s.cluster()?;
-    let ns = s.create_namespace(&[], &[]).await?;
-    for sa in ["cheiron", "prometheus", "app"] {
-        create_service_account(&s, &ns, sa).await?;
-    }
-    grant(
-        &s,
-        &ns,
-        "cheiron",
-        [rbac::webhook_rules(), rbac::metrics_auth_rules()].concat(),
-    )
-    .await?;
-    grant(&s, &ns, "prometheus", rbac::metrics_reader_rules()).await?;
-
-    let dir = cluster.dir.join(s.id());
-    std::fs::create_dir_all(&dir)?;
-    let cheiron_kubeconfig = dir.join("cheiron.kubeconfig");
-    kubeconfig(
-        &cluster.admin_config(),
-        &token(&s, &ns, "cheiron").await?,
-        &cheiron_kubeconfig,
-    )?;
+    let (ns, dir, cheiron_kubeconfig) = identities(&s, &["app"]).await?;
     let mut webhook = WebhookProcess::start_with_args(
         cluster.cheiron(),
         "cheiron webhook --metrics-auth kubernetes",
@@ -196,45 +199,14 @@ async fn scrape_https(
     path: &str,
     authorization: Option<&str>,
 ) -> Result<(u16, String)> {
-    let https = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .tls_built_in_root_certs(false)
-        .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes())?)
-        .build()?;
-    let mut request = https.get(format!("https://{admin}{path}"));
-    if let Some(value) = authorization {
-        request = request.header(reqwest::header::AUTHORIZATION, value);
-    }
-    let response = request.send().await?;
-    let status = response.status().as_u16();
-    Ok((status, response.text().await?))
+    harness::admin_get(admin, Some(ca_pem), path, authorization).await
 }
 
 #[tokio::test]
 async fn with_admin_tls_a_reader_scrapes_over_https_and_plain_http_gets_no_answer() -> Result {
     let s = Scenario::new(CHEIRON, "metrics-auth-tls").await?;
     let cluster = s.cluster()?;
-    let ns = s.create_namespace(&[], &[]).await?;
-    for sa in ["cheiron", "prometheus"] {
-        create_service_account(&s, &ns, sa).await?;
-    }
-    grant(
-        &s,
-        &ns,
-        "cheiron",
-        [rbac::webhook_rules(), rbac::metrics_auth_rules()].concat(),
-    )
-    .await?;
-    grant(&s, &ns, "prometheus", rbac::metrics_reader_rules()).await?;
-
-    let dir = cluster.dir.join(s.id());
-    std::fs::create_dir_all(&dir)?;
-    let cheiron_kubeconfig = dir.join("cheiron.kubeconfig");
-    kubeconfig(
-        &cluster.admin_config(),
-        &token(&s, &ns, "cheiron").await?,
-        &cheiron_kubeconfig,
-    )?;
+    let (ns, dir, cheiron_kubeconfig) = identities(&s, &[]).await?;
     let tls_dir = cluster.webhook_tls_dir();
     let admin_tls = format!("--admin-tls-cert-dir={}", tls_dir.display());
     let mut webhook = WebhookProcess::start_with_args(

@@ -49,7 +49,7 @@ pub use process::rss_bytes;
 pub use scenario::{SCENARIO_LABEL, SETTLE, Scenario};
 pub use tokens::{service_account_token, write_token_kubeconfig};
 pub use wait::wait_for;
-pub use webhook::{WebhookCertificates, WebhookProcess, install_crds, register};
+pub use webhook::{WebhookCertificates, WebhookProcess, admin_get, install_crds, register};
 
 /// The cheiron under test, as cargo describes it to the integration tests and benchmarks of the
 /// `cheiron` package only (not to this crate, which is why the test crate passes it in). Each

@@ -202,6 +202,33 @@ async fn admin_status(admin: SocketAddr, path: &str) -> Option<u16> {
     Some(response.status().as_u16())
 }
 
+/// Status and body of `GET <path>` on a cheiron admin port: plain HTTP, or HTTPS trusting only
+/// `ca_pem` (`--admin-tls-cert-dir`), with `authorization` as the `Authorization` header.
+pub async fn admin_get(
+    admin: SocketAddr,
+    ca_pem: Option<&str>,
+    path: &str,
+    authorization: Option<&str>,
+) -> Result<(u16, String)> {
+    let mut client = reqwest::Client::builder().timeout(Duration::from_secs(5));
+    let scheme = match ca_pem {
+        Some(ca_pem) => {
+            client = client
+                .tls_built_in_root_certs(false)
+                .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes())?);
+            "https"
+        }
+        None => "http",
+    };
+    let mut request = client.build()?.get(format!("{scheme}://{admin}{path}"));
+    if let Some(value) = authorization {
+        request = request.header(reqwest::header::AUTHORIZATION, value);
+    }
+    let response = request.send().await?;
+    let status = response.status().as_u16();
+    Ok((status, response.text().await?))
+}
+
 /// Installs the CRDs printed by `cheiron crds` (server-side apply) and waits until they are
 /// Established.
 pub async fn install_crds(cheiron: Cheiron, client: &Client) -> Result<Vec<String>> {
