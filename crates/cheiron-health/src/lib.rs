@@ -1,0 +1,16 @@
+//! Credential health (docs/credential-health.md): whether the registries accept the credentials
+//! cheiron distributes, known before a Pod fails to pull, and which manager a refused pull
+//! comes from.
+//!
+//! ```text
+//!   the reconcile ── each manager's Secrets (content) ──► checks: one per distinct
+//!        ▲                                                (registry, credential), on change
+//!        │ results (status, condition)                   and every period, bounded
+//!        └──────────────── trigger ◄──────────────────── registry: the v2 auth handshake
+//! ```
+//!
+//! - [`registry`]: the Docker Registry HTTP API v2 authentication handshake, and Docker Hub's
+//!   pull allowance; it sends a credential only to its registry and the token realm that
+//!   registry names, over HTTPS.
+
+pub mod registry;
