@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::Event;
 
 use super::{
-    ManagerStores, cluster::Cluster, kinds::ManagerRef, nodes::Nodes,
+    ManagerStores, cluster::Cluster, health::Health, kinds::ManagerRef, nodes::Nodes,
     other_clusters::OtherClusters, source_watches::SourceWatches, triggers::Triggers,
 };
 use crate::{
@@ -34,6 +34,8 @@ pub struct Context {
     pub(super) others: Option<Arc<dyn OtherClusters>>,
     /// Where mode Node managers' credentials are handed to the node agents.
     pub(super) nodes: Option<Arc<dyn Nodes>>,
+    /// The registry checks of the managers' credentials (docs/credential-health.md).
+    pub(super) health: Option<Arc<dyn Health>>,
     failures: Backoff<String>,
 }
 
@@ -55,6 +57,7 @@ impl Context {
             credentials: CredentialProviders::new(Default::default(), None, None),
             others: None,
             nodes: None,
+            health: None,
             failures: Backoff::default(),
         }
     }
@@ -68,6 +71,12 @@ impl Context {
     /// The context handing mode Node managers' credentials to `nodes` (docs/node.md).
     pub(super) fn with_nodes(mut self, nodes: Arc<dyn Nodes>) -> Self {
         self.nodes = Some(nodes);
+        self
+    }
+
+    /// The context checking credentials through `health`.
+    pub(super) fn with_health(mut self, health: Arc<dyn Health>) -> Self {
+        self.health = Some(health);
         self
     }
 

@@ -23,6 +23,8 @@ pub trait ManagerObject:
     fn entries(&self) -> &[PullSecretEntry];
     /// `spec.mergeInto`.
     fn merge_into(&self) -> Option<&str>;
+    /// `spec.verify` asks for registry checks.
+    fn verify(&self) -> bool;
     /// `status`.
     fn current_status(&self) -> Option<&ManagerStatus>;
     /// The API to write this object (its status, its finalizer) through.
@@ -60,6 +62,10 @@ impl ManagerObject for ImagePullSecretManager {
         self.spec.merge_into.as_deref()
     }
 
+    fn verify(&self) -> bool {
+        self.spec.verify == crate::api::Verify::Registry
+    }
+
     fn current_status(&self) -> Option<&ManagerStatus> {
         self.status.as_ref()
     }
@@ -82,6 +88,10 @@ impl ManagerObject for ClusterImagePullSecretManager {
 
     fn merge_into(&self) -> Option<&str> {
         self.spec.merge_into.as_deref()
+    }
+
+    fn verify(&self) -> bool {
+        self.spec.verify == crate::api::Verify::Registry
     }
 
     fn current_status(&self) -> Option<&ManagerStatus> {

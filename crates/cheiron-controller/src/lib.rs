@@ -16,19 +16,21 @@
 //!
 //! One reconcile writes into a [`Cluster`] (the controller's own, or a workload cluster the
 //! fleet built); the other places a manager reaches are seams ([`OtherClusters`], [`Nodes`])
-//! that the rooms around the controller implement. The controller names none of them: the
-//! command line's composition root (`src/cli/controller.rs`) builds the controller, starts
-//! the capabilities around it and hands it the seams. Dependencies inside run one way:
+//! that the rooms around the controller implement, and so is credential health ([`Health`]):
+//! the reconcile hands it what it writes and reads back what registries said. The controller
+//! names none of them: the command line's composition root (`src/cli/controller.rs`) builds
+//! the controller, starts the capabilities around it and hands it the seams. Dependencies inside run one way:
 //! `mod` → `reconcile` → `write` → `cluster`/`context` → `triggers`/`source_watches`.
 
 // The rooms this crate builds on, under the names the code uses.
-use cheiron_core::{admission, content, findings, policy};
+use cheiron_core::{admission, content, findings, health as core_health, policy};
 use cheiron_credential as credential;
 use cheiron_runtime::{admin, api, message, metrics, runtime};
 
 mod cluster;
 mod context;
 mod error;
+mod health;
 mod interned;
 mod kinds;
 mod namespaces;
@@ -48,6 +50,7 @@ mod write;
 pub use cluster::{Cluster, ClusterCaches};
 pub use error::ControllerError;
 pub use findings::{Issue, IssueKind};
+pub use health::{Health, OnChange};
 pub use kinds::{ManagerObject, ManagerRef};
 pub use namespaces::NamespaceCache;
 pub use nodes::Nodes;
@@ -218,6 +221,17 @@ impl Controller {
             triggers.send(kinds::ManagerRef::from(id))
         }));
         self.ctx = self.ctx.with_credentials(providers);
+        self
+    }
+
+    /// The controller checking credentials through `health` (docs/credential-health.md): a
+    /// result that changes asks for the reconcile of the managers it concerns.
+    pub fn with_health(mut self, health: Arc<dyn Health>) -> Self {
+        let triggers = self.ctx.triggers.clone();
+        health.on_change(Arc::new(move |id| {
+            triggers.send(kinds::ManagerRef::from(id))
+        }));
+        self.ctx = self.ctx.with_health(health);
         self
     }
 

@@ -37,7 +37,7 @@ use crate::{
         desired::{self, SourceKey, source_key},
         registries::pull_secret_registries,
     },
-    credential,
+    core_health, credential,
     findings::{self as status, Findings},
     policy::{Manager, ManagerId},
     runtime::retry_delay,
@@ -170,6 +170,12 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         ctx.metrics().reconcile.record_issue(issue.kind.as_str());
     }
 
+    // Registry checks answer later; a change of their result asks for another reconcile.
+    let checks = ctx
+        .health
+        .as_ref()
+        .map(|h| h.observe(&id, manager.verify(), &desired.secrets))
+        .unwrap_or_default();
     let findings = Findings {
         generation: manager.meta().generation,
         targets: plan.targets.len(),
@@ -182,6 +188,7 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         retry_in: None,
         pull_secrets: pull_secret_registries(&desired.secrets, manager.current_status()),
         credentials,
+        checks,
         pod_mode_in_workloads: compiled.mode == crate::api::Mode::Pod,
         clusters,
     };
@@ -267,6 +274,7 @@ async fn write_status<K: ManagerObject>(
     )
     .await
     .map_err(ControllerError::Kube)?;
+    publish_check_change(manager, ctx, previous, &next).await;
     let old_reason = status::ready_reason(previous);
     let new_reason = status::ready_reason(Some(&next));
     if old_reason != new_reason {
@@ -289,6 +297,45 @@ async fn write_status<K: ManagerObject>(
         ctx.publish(&event, &manager.object_ref(&())).await;
     }
     Ok(())
+}
+
+/// An Event when the `CredentialsAccepted` condition changes reason (not on every check):
+/// Warning for a rejection or an unreachable registry, Normal once accepted.
+async fn publish_check_change<K: ManagerObject>(
+    manager: &K,
+    ctx: &Context,
+    previous: Option<&crate::api::ManagerStatus>,
+    next: &crate::api::ManagerStatus,
+) {
+    let condition = |s: Option<&crate::api::ManagerStatus>| {
+        s.and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == core_health::CONDITION)
+                .cloned()
+        })
+    };
+    let (old, new) = (condition(previous), condition(Some(next)));
+    let Some(new) = new else {
+        return;
+    };
+    if old.as_ref().is_some_and(|o| o.reason == new.reason)
+        || new.reason == core_health::reason::CHECKING
+    {
+        return;
+    }
+    let event = Event {
+        type_: if new.status == "True" {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        },
+        reason: new.reason.clone(),
+        note: Some(new.message.clone()),
+        action: "CheckCredentials".to_owned(),
+        secondary: None,
+    };
+    ctx.publish(&event, &manager.object_ref(&())).await;
 }
 
 /// A manager's `namespace/name` (or `name`), the key of its readiness gauge.
@@ -353,6 +400,9 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
     let mut failures = remove(&ctx.home, &id, &names, &stale, &others, &report).await;
     if let (Some(nodes), Some(_)) = (ctx.nodes.as_ref(), manager.as_cluster()) {
         failures.extend(nodes.remove(&id.name, &uid).await);
+    }
+    if let Some(health) = ctx.health.as_ref() {
+        health.forget(&id);
     }
     if let (Some(others), Some(cluster_manager)) = (ctx.others.as_ref(), manager.as_cluster()) {
         let left = others.cleanup(cluster_manager, &report).await;

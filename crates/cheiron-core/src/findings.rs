@@ -17,8 +17,10 @@ use crate::content::{
 pub const MAX_FAILURES: usize = 20;
 /// Most workload clusters `status.clusters` lists (the CRD's bound).
 pub const MAX_CLUSTERS: usize = 1000;
+/// Most entries in `status.credentials` (its schema's bound).
+pub const MAX_CREDENTIALS: usize = 64;
 /// Longest condition message.
-const MAX_MESSAGE: usize = 1024;
+pub(crate) const MAX_MESSAGE: usize = 1024;
 
 /// What kind of thing kept a namespace from being in step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -112,6 +114,9 @@ pub struct Findings {
     pub pull_secrets: Vec<PullSecretRegistries>,
     /// The provider-backed Secrets, for `status.credentials`.
     pub credentials: Vec<CredentialStatus>,
+    /// What the registry checks know of the manager's credentials (empty when they are off),
+    /// for `status.credentials` and the `CredentialsAccepted` condition.
+    pub checks: Vec<crate::health::CredentialCheck>,
     /// The workload clusters selected, for `status.clusters` (empty without `spec.clusters`).
     pub clusters: Vec<ClusterStatus>,
     /// Mode Pod with workload clusters selected: the Secrets reach them, but only a cheiron
@@ -276,7 +281,7 @@ pub fn status(findings: &Findings, previous: Option<&ManagerStatus>, now: Time) 
         Some(c) if c.status == state && c.reason == why && c.message == message => {
             c.last_transition_time.clone()
         }
-        _ => now,
+        _ => now.clone(),
     };
     let (conflicts, failures) = findings.split_issues();
     let failures = conflicts
@@ -291,20 +296,35 @@ pub fn status(findings: &Findings, previous: Option<&ManagerStatus>, now: Time) 
     let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
     ManagerStatus {
         observed_generation: findings.generation,
-        conditions: vec![Condition {
+        conditions: std::iter::once(Condition {
             type_: "Ready".to_owned(),
             status: state.to_owned(),
             reason: why.to_owned(),
             message,
             observed_generation: findings.generation,
             last_transition_time,
-        }],
+        })
+        .chain(crate::health::condition(
+            &findings.checks,
+            findings.generation,
+            previous.and_then(|p| {
+                p.conditions
+                    .iter()
+                    .find(|c| c.type_ == crate::health::CONDITION)
+            }),
+            now,
+        ))
+        .collect(),
         target_namespaces: Some(count(findings.targets)),
         synced_namespaces: Some(count(findings.synced)),
         namespaces: Some(format!("{}/{}", findings.synced, findings.targets)),
         failures,
         pull_secrets: findings.pull_secrets.clone(),
-        credentials: findings.credentials.clone(),
+        credentials: crate::health::credential_statuses(
+            &findings.credentials,
+            &findings.checks,
+            MAX_CREDENTIALS,
+        ),
         clusters: findings
             .clusters
             .iter()

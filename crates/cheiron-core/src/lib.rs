@@ -9,12 +9,14 @@
 //! - [`admission`]: an AdmissionReview in, the response and its JSON Patch out.
 //! - [`content`]: what each pull Secret holds, from entries, sources and providers.
 //! - [`findings`]: what a reconcile found, and the manager status it makes.
+//! - [`health`]: what the registry checks found, and the condition it makes.
 //! - [`message`]: how long a message cheiron shows to others may be.
 
 pub mod admission;
 pub mod api;
 pub mod content;
 pub mod findings;
+pub mod health;
 pub mod message;
 pub mod policy;
 pub mod registry;

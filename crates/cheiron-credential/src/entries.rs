@@ -63,6 +63,7 @@ pub fn resolve(
                     provider,
                     expires_at: credential.expires_at.map(time),
                     refresh_failing: failing,
+                    ..CredentialStatus::default()
                 });
                 Ok(docker_config(&credential))
             }
@@ -72,6 +73,7 @@ pub fn resolve(
                     provider,
                     expires_at: None,
                     refresh_failing: None,
+                    ..CredentialStatus::default()
                 });
                 Err(Problem::CredentialProvider {
                     entry: index,
@@ -89,6 +91,7 @@ pub fn resolve(
                     provider,
                     expires_at: expired_at.map(time),
                     refresh_failing: None,
+                    ..CredentialStatus::default()
                 });
                 Err(Problem::CredentialProvider {
                     entry: index,

@@ -3,29 +3,14 @@
 //! (`{"auths": {"<registry key>": {"username", "password", "auth"}}}`), mode 0600, written
 //! atomically ([`super::atomic`]). Errors describe structure, never a value.
 
-use std::{collections::BTreeMap, fmt};
+use std::collections::BTreeMap;
 
 use base64::{Engine, engine::general_purpose::STANDARD};
 use serde::{Deserialize, Serialize};
 
 use crate::registry::{ImageRef, RegistryKey, offered_for};
 
-/// One registry's login.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Login {
-    /// The registry key, as the manager's Secret names it (kubelet rules apply).
-    pub key: String,
-    /// User name.
-    pub username: String,
-    /// Password or token.
-    pub password: String,
-}
-
-impl fmt::Debug for Login {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Login({}, <redacted>)", self.key)
-    }
-}
+pub use crate::content::logins::Login;
 
 /// The credentials of one node, by registry key.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -73,37 +58,9 @@ impl NodeCredentials {
     /// Reads a docker config (`{"auths": ...}`): each entry's `username` and `password`, or
     /// its `auth` (base64 of `username:password`) when they are absent.
     pub fn parse(bytes: &[u8]) -> Result<Self, InvalidCredentials> {
-        // Untyped first: serde_json's syntax errors carry positions, never content.
-        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
-            InvalidCredentials(format!(
-                "not JSON (line {}, column {})",
-                e.line(),
-                e.column()
-            ))
-        })?;
-        let file: File = serde_json::from_value(value).map_err(|_| {
-            InvalidCredentials(
-                "not {\"auths\": {registry: {username, password, auth}}} (strings)".to_owned(),
-            )
-        })?;
-        let mut logins = Vec::with_capacity(file.auths.len());
-        for (key, entry) in file.auths {
-            let (username, password) = if entry.username.is_empty() && entry.password.is_empty() {
-                decode_auth(&entry.auth).ok_or_else(|| {
-                    InvalidCredentials(format!(
-                        "the entry for {key:?} has neither username and password nor a base64 user:password auth"
-                    ))
-                })?
-            } else {
-                (entry.username, entry.password)
-            };
-            logins.push(Login {
-                key,
-                username,
-                password,
-            });
-        }
-        Ok(Self::new(logins))
+        crate::content::logins::logins(bytes)
+            .map(Self::new)
+            .map_err(|e| InvalidCredentials(e.0))
     }
 
     /// The file's bytes.
@@ -167,13 +124,6 @@ impl NodeCredentials {
             })
             .collect()
     }
-}
-
-fn decode_auth(auth: &str) -> Option<(String, String)> {
-    let bytes = STANDARD.decode(auth.trim()).ok()?;
-    let text = String::from_utf8(bytes).ok()?;
-    let (user, password) = text.split_once(':')?;
-    Some((user.to_owned(), password.to_owned()))
 }
 
 #[cfg(test)]

@@ -288,6 +288,8 @@ pub struct Metrics {
     pub operations: Operations,
     /// Workload clusters (docs/fleet.md).
     pub fleet: FleetMetrics,
+    /// Credential health (docs/credential-health.md).
+    pub health: HealthMetrics,
 }
 
 /// Labels of the fleet's gauges: one workload cluster, `<namespace>/<name>` of its kubeconfig
@@ -399,6 +401,64 @@ impl CredentialMetrics {
                 provider: provider.to_owned(),
                 outcome,
             })
+            .inc();
+    }
+}
+
+/// Labels of `cheiron_registry_check_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RegistryCheckLabels {
+    /// `accepted`, `rejected` or `unreachable`.
+    pub result: &'static str,
+}
+
+/// Labels of a manager's credential-health gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CheckedManagerLabels {
+    /// `ImagePullSecretManager` or `ClusterImagePullSecretManager`.
+    pub manager_kind: &'static str,
+    /// `namespace/name` or `name`.
+    pub manager: String,
+}
+
+/// Labels of Docker Hub's pull-allowance gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AllowanceLabels {
+    /// The registry key checked.
+    pub registry: String,
+    /// `<manager>/<secret>`: the manager (`namespace/name` or `name`) and its Secret.
+    pub entry: String,
+}
+
+/// Labels of `cheiron_pull_failures_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PullFailureLabels {
+    /// `ImagePullSecretManager` or `ClusterImagePullSecretManager`.
+    pub manager_kind: &'static str,
+    /// The registry key whose credential was refused.
+    pub registry: String,
+}
+
+/// Metrics of credential health (docs/credential-health.md).
+#[derive(Clone, Debug, Default)]
+pub struct HealthMetrics {
+    /// Registry checks done, by result.
+    pub checks: Family<RegistryCheckLabels, Counter>,
+    /// Per manager: its credentials a registry rejects at the last check.
+    pub rejected: Family<CheckedManagerLabels, Gauge>,
+    /// Docker Hub: pulls left in the window, per credential of a manager.
+    pub pulls_remaining: Family<AllowanceLabels, Gauge>,
+    /// Docker Hub: pulls allowed per window, per credential of a manager.
+    pub pulls_limit: Family<AllowanceLabels, Gauge>,
+    /// Pulls the registry refused, attributed to a manager's credential.
+    pub pull_failures: Family<PullFailureLabels, Counter>,
+}
+
+impl HealthMetrics {
+    /// Counts one registry check.
+    pub fn record_check(&self, result: &'static str) {
+        self.checks
+            .get_or_create(&RegistryCheckLabels { result })
             .inc();
     }
 }
@@ -589,6 +649,36 @@ impl Metrics {
             fleet.connections.clone(),
         );
 
+        let health = HealthMetrics::default();
+        registry.register(
+            "registry_check",
+            "Checks of a credential against its registry (docs/credential-health.md), by result",
+            health.checks.clone(),
+        );
+        for result in ["accepted", "rejected", "unreachable"] {
+            let _guard = health.checks.get_or_create(&RegistryCheckLabels { result });
+        }
+        registry.register(
+            "credential_rejected",
+            "Credentials of a manager that their registry rejected at the last check",
+            health.rejected.clone(),
+        );
+        registry.register(
+            "registry_pulls_remaining",
+            "Docker Hub: pulls left in the current window for a manager's credential",
+            health.pulls_remaining.clone(),
+        );
+        registry.register(
+            "registry_pulls_limit",
+            "Docker Hub: pulls allowed per window for a manager's credential",
+            health.pulls_limit.clone(),
+        );
+        registry.register(
+            "pull_failures",
+            "Image pulls the registry refused, attributed to a manager's credential",
+            health.pull_failures.clone(),
+        );
+
         let mut process = Registry::default();
         process.register_collector(Box::new(ProcessCollector));
         Self {
@@ -602,6 +692,7 @@ impl Metrics {
             credentials,
             operations,
             fleet,
+            health,
         }
     }
 

@@ -31,6 +31,28 @@ impl Mode {
     }
 }
 
+/// Whether the controller checks a manager's credentials against their registries
+/// (docs/credential-health.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum Verify {
+    /// No check, unless the controller checks every manager (`--verify-registries`).
+    #[default]
+    None,
+    /// Each credential is checked with its registry's v2 authentication handshake, when it
+    /// changes and periodically; the result is the `CredentialsAccepted` condition.
+    Registry,
+}
+
+impl Verify {
+    /// The name as written in manifests.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verify::None => "None",
+            Verify::Registry => "Registry",
+        }
+    }
+}
+
 /// Which of a manager's Secrets a Pod gets (docs/design.md §5).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum Injection {

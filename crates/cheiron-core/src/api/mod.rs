@@ -11,7 +11,9 @@ mod status;
 
 pub use cluster::{ClusterImagePullSecretManager, ClusterImagePullSecretManagerSpec};
 pub use crd::crds;
-pub use entry::{CredentialProviderRef, Injection, Mode, PullSecretEntry, SecretKeyRef, SecretRef};
+pub use entry::{
+    CredentialProviderRef, Injection, Mode, PullSecretEntry, SecretKeyRef, SecretRef, Verify,
+};
 pub use fleet::{ClusterSelection, ClusterStatus};
 pub use namespaced::{ImagePullSecretManager, ImagePullSecretManagerSpec};
 pub use rules::{InvalidSpec, validate_cluster, validate_namespaced};

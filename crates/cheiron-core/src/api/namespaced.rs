@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::{Injection, ManagerStatus, Mode, PullSecretEntry, rules};
+use super::{Injection, ManagerStatus, Mode, PullSecretEntry, Verify, rules};
 
 /// Injects pull secrets into Pods or ServiceAccounts of its own namespace.
 // Each printcolumn(...) repeats `type_`, which clippy mistakes for a duplicated attribute.
@@ -56,6 +56,12 @@ pub struct ImagePullSecretManagerSpec {
     /// kubelet would use for one of its images.
     #[serde(default)]
     pub injection: Injection,
+    /// `None` (default): no check. `Registry`: the controller checks each credential with its
+    /// registry (the v2 authentication handshake, nothing pulled) when it changes and
+    /// periodically, and reports the `CredentialsAccepted` condition
+    /// (docs/credential-health.md).
+    #[serde(default)]
+    pub verify: Verify,
     /// The pull secrets; each becomes one Secret in the namespace (unless `mergeInto`).
     #[schemars(length(min = 1, max = 64))]
     pub secrets: Vec<PullSecretEntry>,

@@ -130,14 +130,38 @@ pub struct NodeStatus {
     pub message: Option<String>,
 }
 
-/// The credential behind one provider-backed Secret.
+/// The credential behind one Secret: its provider (a provider-backed Secret), and what its
+/// registry said of it (`spec.verify: Registry`; docs/credential-health.md). Never the
+/// credential, a token or a registry's answer.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CredentialStatus {
     /// The Secret's name in each target namespace.
     pub name: String,
-    /// The credential provider.
+    /// The credential provider (provider-backed Secrets only).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub provider: String,
+    /// The registry key checked, as the Secret's `.dockerconfigjson` writes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<String>,
+    /// The registry check: `Pending`, `Accepted`, `Rejected`, `Unreachable` or `Unchecked`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    /// When the registry last answered the check (or failed to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// Who refused the credential or what failed (hosts and status codes only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Docker Hub: the pull allowance, e.g. `76 of 100 pulls left per 6h` or `unlimited`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_allowance: Option<String>,
+    /// Docker Hub: pulls left in the current window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pulls_remaining: Option<i64>,
+    /// Docker Hub: pulls allowed per window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pulls_limit: Option<i64>,
     /// When the credential written expires (unset: the provider gave no lifetime).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,

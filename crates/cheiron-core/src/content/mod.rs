@@ -6,6 +6,7 @@
 
 pub mod desired;
 pub mod dockerconfig;
+pub mod logins;
 pub mod registries;
 pub mod registry_keys;
 
