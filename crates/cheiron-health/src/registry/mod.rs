@@ -15,6 +15,8 @@
 
 use std::time::Duration;
 
+pub mod challenge;
+
 /// The registry a credential is checked against.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Target {
