@@ -15,6 +15,7 @@
 
 use std::time::Duration;
 
+pub mod allowance;
 pub mod challenge;
 
 /// The registry a credential is checked against.
