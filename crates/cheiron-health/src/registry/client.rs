@@ -26,6 +26,10 @@ pub struct ClientOptions {
     pub ca_bundle: Option<Vec<u8>>,
     /// The cap on a token-service answer ([`MAX_TOKEN_BODY`]).
     pub max_body: usize,
+    /// An HTTP proxy (`http://proxy:3128`) every check tunnels through with CONNECT; `None`
+    /// honours `HTTPS_PROXY` and `NO_PROXY`. The proxy sees the registry's host, not the
+    /// credential (the tunnel is TLS end to end).
+    pub proxy: Option<String>,
 }
 
 impl Default for ClientOptions {
@@ -34,6 +38,7 @@ impl Default for ClientOptions {
             timeout: DEFAULT_CHECK_TIMEOUT,
             ca_bundle: None,
             max_body: MAX_TOKEN_BODY,
+            proxy: None,
         }
     }
 }
@@ -47,6 +52,9 @@ pub enum ClientError {
     /// A certificate of the CA bundle could not be read or used.
     #[error("the registry CA bundle has a certificate that cannot be used: {0}")]
     BadCertificate(String),
+    /// The proxy option is not a proxy URL.
+    #[error("the registry proxy is not a URL such as http://proxy:3128")]
+    BadProxy,
     /// The HTTPS client could not be set up.
     #[error("cannot set up the registry HTTPS client: {0}")]
     Client(String),
@@ -74,6 +82,7 @@ impl RegistryClient {
             timeout,
             ca_bundle,
             max_body,
+            proxy,
         } = options;
         let mut builder = reqwest::Client::builder()
             // A redirect could carry the credential to a host the registry did not name as
@@ -81,6 +90,11 @@ impl RegistryClient {
             .redirect(reqwest::redirect::Policy::none())
             .https_only(true)
             .user_agent(concat!("cheiron/", env!("CARGO_PKG_VERSION")));
+        if let Some(proxy) = proxy {
+            // The URL may carry the proxy's own password: never shown.
+            let proxy = reqwest::Proxy::https(&proxy).map_err(|_| ClientError::BadProxy)?;
+            builder = builder.proxy(proxy);
+        }
         let with_bundle = ca_bundle.is_some();
         if let Some(pem) = ca_bundle {
             let certificates = reqwest::Certificate::from_pem_bundle(&pem)
@@ -236,13 +250,14 @@ impl RegistryClient {
             )));
         }
         url.set_fragment(None);
-        {
+        // `query_pairs_mut` alone would leave an empty `?`.
+        let pairs = [("service", service), ("scope", scope)];
+        if pairs.iter().any(|(_, value)| value.is_some()) {
             let mut query = url.query_pairs_mut();
-            if let Some(service) = service {
-                query.append_pair("service", service);
-            }
-            if let Some(scope) = scope {
-                query.append_pair("scope", scope);
+            for (name, value) in pairs {
+                if let Some(value) = value {
+                    query.append_pair(name, value);
+                }
             }
         }
         let what = format!("the token service {realm_host}");

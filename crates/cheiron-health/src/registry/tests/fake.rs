@@ -16,7 +16,7 @@ use hyper::body::{Bytes, Frame};
 use hyper_util::rt::TokioIo;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use tokio::io::AsyncReadExt as _;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -197,6 +197,69 @@ impl Fake {
                     while let Ok(n @ 1..) = tcp.read(&mut buffer).await {
                         received.lock().unwrap().extend_from_slice(&buffer[..n]);
                     }
+                });
+            }
+        });
+        Self::new(addr, task, parts)
+    }
+
+    /// An HTTP CONNECT proxy: records each CONNECT line in [`Fake::seen`] (as `uri`) and
+    /// what the client sent through the tunnel in [`Fake::received`].
+    pub async fn connect_proxy() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let parts = Parts::default();
+        let (seen, connections, received) = (
+            parts.seen.clone(),
+            parts.connections.clone(),
+            parts.received.clone(),
+        );
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else {
+                    return;
+                };
+                connections.fetch_add(1, Ordering::SeqCst);
+                let (seen, received) = (seen.clone(), received.clone());
+                tokio::spawn(async move {
+                    // The request head, byte by byte so nothing of the tunnel is consumed.
+                    let mut head = Vec::new();
+                    while !head.ends_with(b"\r\n\r\n") {
+                        let mut byte = [0u8; 1];
+                        if client.read_exact(&mut byte).await.is_err() {
+                            return;
+                        }
+                        head.push(byte[0]);
+                    }
+                    let head = String::from_utf8_lossy(&head).into_owned();
+                    let line = head.lines().next().unwrap_or_default().to_owned();
+                    seen.lock().unwrap().push(Seen {
+                        own: addr.to_string(),
+                        method: "CONNECT".to_owned(),
+                        uri: line.clone(),
+                        authorization: None,
+                    });
+                    let target = line.split(' ').nth(1).unwrap_or_default().to_owned();
+                    let Ok(mut upstream) = tokio::net::TcpStream::connect(target).await else {
+                        return;
+                    };
+                    client
+                        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                        .await
+                        .unwrap();
+                    let (mut client_read, mut client_write) = client.split();
+                    let (mut upstream_read, mut upstream_write) = upstream.split();
+                    let up = async {
+                        let mut buffer = [0u8; 4096];
+                        while let Ok(n @ 1..) = client_read.read(&mut buffer).await {
+                            received.lock().unwrap().extend_from_slice(&buffer[..n]);
+                            if upstream_write.write_all(&buffer[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    };
+                    let down = tokio::io::copy(&mut upstream_read, &mut client_write);
+                    let _ = tokio::join!(up, down);
                 });
             }
         });

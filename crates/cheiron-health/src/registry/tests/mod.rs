@@ -429,6 +429,67 @@ async fn hosts_that_are_more_than_a_host_are_refused_before_any_connection() {
     assert_eq!(registry.connections(), 0);
 }
 
+#[tokio::test]
+async fn checks_tunnel_through_the_proxy_which_never_sees_the_credential() {
+    let pki = Pki::new();
+    let registry = Fake::https(&pki, basic_registry).await;
+    let proxy = Fake::connect_proxy().await;
+    let through = RegistryClient::new(ClientOptions {
+        ca_bundle: Some(pki.ca_pem.clone()),
+        proxy: Some(format!("http://{}", proxy.host())),
+        ..ClientOptions::default()
+    })
+    .unwrap();
+    assert_eq!(check(&through, &target(&registry.host())).await, ACCEPTED);
+    let connects = proxy.seen();
+    assert!(!connects.is_empty());
+    for connect in connects {
+        assert_eq!(connect.uri, format!("CONNECT {} HTTP/1.1", registry.host()));
+    }
+    assert!(good_basic(&registry.seen()[1]));
+    let tunnelled = String::from_utf8_lossy(&proxy.received()).into_owned();
+    assert!(!tunnelled.contains(PASSWORD));
+    assert!(!tunnelled.contains(&basic(USERNAME, PASSWORD)));
+}
+
+#[test]
+fn a_proxy_that_is_not_a_url_is_a_clear_error() {
+    let error = RegistryClient::new(ClientOptions {
+        proxy: Some("not a url at all".to_owned()),
+        ..ClientOptions::default()
+    })
+    .err();
+    assert!(matches!(error, Some(ClientError::BadProxy)), "{error:?}");
+}
+
+#[tokio::test]
+async fn bearer_in_a_second_header_value_is_chosen_over_basic_in_the_first() {
+    let pki = Pki::new();
+    let registry = Fake::https(&pki, |seen| match seen.path() {
+        "/v2/" if seen.authorization.is_none() => reply(
+            401,
+            &[
+                ("www-authenticate", r#"Basic realm="fake""#),
+                (
+                    "www-authenticate",
+                    &format!(r#"Bearer realm="https://{}/token""#, seen.own),
+                ),
+            ],
+            BODY,
+        ),
+        "/token" => token_service(seen),
+        _ => reply(500, &[], BODY),
+    })
+    .await;
+    assert_eq!(
+        check(&client(&pki), &target(&registry.host())).await,
+        ACCEPTED
+    );
+    let seen = registry.seen();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(seen[1].uri, "/token");
+}
+
 #[test]
 fn a_ca_bundle_without_certificates_is_a_clear_error() {
     for bad in [&b""[..], b"not pem at all"] {
