@@ -456,3 +456,62 @@ fn seconds(duration: Duration) -> String {
         format!("{}ms", duration.as_millis())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_named_limits() {
+        let options = ClientOptions::default();
+        assert_eq!(options.timeout, DEFAULT_CHECK_TIMEOUT);
+        assert_eq!(options.timeout, Duration::from_secs(10));
+        assert_eq!(options.max_body, MAX_TOKEN_BODY);
+        assert_eq!(options.max_body, 65536);
+        assert!(options.ca_bundle.is_none() && options.proxy.is_none());
+    }
+
+    #[test]
+    fn registry_hosts_with_port_and_ipv6_make_the_v2_url() {
+        for (host, url) in [
+            ("registry.example.com", "https://registry.example.com/v2/"),
+            (
+                "Registry.Example.com:5000",
+                "https://registry.example.com:5000/v2/",
+            ),
+            ("127.0.0.1:5000", "https://127.0.0.1:5000/v2/"),
+            ("[::1]:5000", "https://[::1]:5000/v2/"),
+        ] {
+            assert_eq!(registry_url(host).map(String::from), Ok(url.to_owned()));
+        }
+    }
+
+    #[test]
+    fn anything_more_than_a_host_is_not_a_registry_host() {
+        for host in [
+            "",
+            "https://registry.example.com",
+            "registry.example.com/v2",
+            "user@registry.example.com",
+            "registry.example.com:port",
+            "registry.example.com:99999",
+            "[::1",
+            "registry example.com",
+            "registry.example.com\n",
+            "registry.example.com\\x",
+            "régistry.example.com",
+        ] {
+            assert!(
+                matches!(registry_url(host), Err(Verdict::Unreachable { detail }) if detail.contains("not a registry host")),
+                "{host:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn durations_are_written_in_seconds_or_milliseconds() {
+        assert_eq!(seconds(Duration::from_secs(10)), "10s");
+        assert_eq!(seconds(Duration::from_millis(500)), "500ms");
+        assert_eq!(seconds(Duration::from_millis(1500)), "1500ms");
+    }
+}

@@ -96,6 +96,33 @@ async fn huge_token_answer_is_abandoned_at_the_cap() {
 }
 
 #[tokio::test]
+async fn token_answer_cap_is_the_configured_one() {
+    let pki = Pki::new();
+    // A token answer of about 50 bytes.
+    let registry = Fake::https(&pki, |seen| match seen.path() {
+        "/v2/" => bearer_challenge(&format!("https://{}/token", seen.own)),
+        _ => token_service(seen),
+    })
+    .await;
+    let capped = |max_body| {
+        RegistryClient::new(ClientOptions {
+            ca_bundle: Some(pki.ca_pem.clone()),
+            max_body,
+            ..ClientOptions::default()
+        })
+        .unwrap()
+    };
+    unreachable(
+        &check(&capped(20), &target(&registry.host())).await,
+        "more than 20 bytes",
+    );
+    assert_eq!(
+        check(&capped(200), &target(&registry.host())).await,
+        crate::registry::Verdict::Accepted { allowance: None }
+    );
+}
+
+#[tokio::test]
 async fn redirect_from_the_registry_is_not_followed() {
     let pki = Pki::new();
     let elsewhere = Fake::https(&pki, |_| reply(200, &[], "{}")).await;
