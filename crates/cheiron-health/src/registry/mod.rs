@@ -12,8 +12,24 @@
 //! manifest, with a `HEAD`, whose answer carries the pull allowance (a HEAD is not counted as a
 //! pull). Every other answer — unreachable, a timeout, a 5xx, a redirect, a realm on plain http —
 //! is [`Verdict::Unreachable`], never a rejection.
+//!
+//! - [`challenge`]: the `WWW-Authenticate` header, parsed (RFC 7235).
+//! - `client`: [`RegistryClient`], the handshake over HTTPS: no redirect followed, bodies
+//!   capped at [`MAX_TOKEN_BODY`], the whole check within [`DEFAULT_CHECK_TIMEOUT`] (both
+//!   set in [`ClientOptions`]), a realm on plain http never sent the credential.
+//! - [`allowance`]: Docker Hub's `ratelimit-*` headers.
 
 use std::time::Duration;
+
+pub mod allowance;
+pub mod challenge;
+mod client;
+#[cfg(test)]
+mod tests;
+
+pub use client::{
+    ClientError, ClientOptions, DEFAULT_CHECK_TIMEOUT, MAX_TOKEN_BODY, RegistryClient,
+};
 
 /// The registry a credential is checked against.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
