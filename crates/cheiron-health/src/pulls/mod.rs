@@ -73,6 +73,8 @@
 //! cheiron's credential: [`Attribution::NoCredential`], and the caller may look for a manager
 //! that serves the registry ([`offered_key`]).
 
+pub mod attribute;
 pub mod classify;
 
+pub use attribute::{Attribution, ManagedSecret, OfferedCredential, attribute, offered_key};
 pub use classify::{Failure, MAX_MESSAGE_BYTES, Refusal, classify};
