@@ -134,6 +134,14 @@ fn forbidden_is_denied() {
         "registry.k8s.io/pause:3.9",
         Refusal::Denied,
     );
+    // Composed: containerd 2's HEAD 403 with the registry's error borrowed from a follow-up
+    // GET (`core/remotes/docker/resolver.go`, `pusher.go` withGETErrorBody, `errcode.go`
+    // unexpectedResponseErr: errors.Join, one per line).
+    assert_refused(
+        "Failed to pull image \"myregistry.azurecr.io/app:1\": failed to pull and unpack image \"myregistry.azurecr.io/app:1\": failed to resolve reference \"myregistry.azurecr.io/app:1\": unexpected status from HEAD request to https://myregistry.azurecr.io/v2/app/manifests/1: 403 Forbidden\ndenied: client with IP '203.0.113.7' is not allowed access",
+        "myregistry.azurecr.io/app:1",
+        Refusal::Denied,
+    );
     // Framed, cri-o/cri-o#7007 (crictl over CRI-O; containers/image's wording before "received
     // unexpected HTTP status": "invalid status code from registry %d (%s)").
     assert_refused(
