@@ -13,4 +13,5 @@
 //!   pull allowance; it sends a credential only to its registry and the token realm that
 //!   registry names, over HTTPS.
 
+pub mod pulls;
 pub mod registry;
