@@ -9,6 +9,7 @@ pub use cheiron_controller as controller;
 pub use cheiron_core::{admission, content, policy, registry};
 pub use cheiron_credential as credential;
 pub use cheiron_fleet as fleet;
+pub use cheiron_health as health;
 pub use cheiron_node as node;
 pub use cheiron_runtime::{admin, api, message, metrics, runtime, telemetry, tls, yaml};
 pub use cheiron_webhook::{source, webhook};

@@ -13,6 +13,7 @@ use crate::{
     controller::{self, Controller, ControllerError, ControllerOptions},
     credential::{CredentialProviders, ProviderSettings},
     fleet::{Fleet, FleetOptions},
+    health::checks::Checks,
     metrics::Metrics,
     node,
     runtime::{
@@ -110,6 +111,93 @@ pub struct ControllerArgs {
     pub credential_providers: CredentialProviderArgs,
     #[command(flatten)]
     pub fleet: FleetArgs,
+    #[command(flatten)]
+    pub registry_checks: RegistryCheckArgs,
+}
+
+/// Registry-check flags: credential health (docs/credential-health.md).
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Registry checks (credential health)")]
+pub struct RegistryCheckArgs {
+    /// Check the credentials of every manager against their registries, not only of those
+    /// with `spec.verify: Registry` (the controller then needs egress to the registries).
+    #[arg(long, env = "CHEIRON_VERIFY_REGISTRIES")]
+    pub verify_registries: bool,
+    /// Seconds between two checks of one credential (each credential is also checked when it
+    /// first appears or changes); spread by ±10 % per credential.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = crate::health::checks::DEFAULT_INTERVAL.as_secs(),
+        value_parser = clap::value_parser!(u64).range(10..=604_800),
+        env = "CHEIRON_REGISTRY_CHECK_INTERVAL"
+    )]
+    pub registry_check_interval: u64,
+    /// Most registry checks running at once.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = crate::health::checks::DEFAULT_CONCURRENCY,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64),
+        env = "CHEIRON_REGISTRY_CHECK_CONCURRENCY"
+    )]
+    pub registry_check_concurrency: usize,
+    /// Seconds one whole check (every connection and request of the handshake) may take; then
+    /// the registry counts as unreachable.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = crate::health::registry::DEFAULT_CHECK_TIMEOUT.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..=300),
+        env = "CHEIRON_REGISTRY_CHECK_TIMEOUT"
+    )]
+    pub registry_check_timeout: u64,
+    /// Registry hosts the checks may contact (globs such as `*.example.com` or
+    /// `registry.example.com:5000`; repeatable, or comma-separated). Without it, cluster
+    /// managers' registries are checked whatever their host, and namespaced managers' not at
+    /// all: a tenant must not make the controller probe hosts of its choosing.
+    #[arg(
+        long,
+        value_name = "GLOB",
+        value_delimiter = ',',
+        env = "CHEIRON_REGISTRY_CHECK_HOSTS"
+    )]
+    pub registry_check_hosts: Vec<String>,
+    /// PEM file of CA certificates the checks trust besides the built-in web roots (private
+    /// registries).
+    #[arg(long, value_name = "FILE", env = "CHEIRON_REGISTRY_CA_FILE")]
+    pub registry_ca_file: Option<std::path::PathBuf>,
+}
+
+impl RegistryCheckArgs {
+    /// The checks these flags ask for; a CA file that cannot be read or holds no certificate
+    /// is refused here, before the controller starts.
+    pub fn checks(self, metrics: Arc<Metrics>) -> anyhow::Result<crate::health::checks::Checks> {
+        use crate::health::{checks, registry};
+        let ca_bundle =
+            match &self.registry_ca_file {
+                Some(path) => Some(std::fs::read(path).with_context(|| {
+                    format!("--registry-ca-file: cannot read {}", path.display())
+                })?),
+                None => None,
+            };
+        let client = registry::RegistryClient::new(registry::ClientOptions {
+            timeout: Duration::from_secs(self.registry_check_timeout),
+            ca_bundle,
+            ..registry::ClientOptions::default()
+        })
+        .context("--registry-ca-file")?;
+        Ok(checks::Checks::new(
+            checks::CheckOptions {
+                all_managers: self.verify_registries,
+                interval: Duration::from_secs(self.registry_check_interval),
+                concurrency: self.registry_check_concurrency,
+                hosts: self.registry_check_hosts,
+            },
+            Arc::new(client),
+            Some(metrics),
+        ))
+    }
 }
 
 /// Workload-cluster flags (docs/fleet.md).
@@ -321,6 +409,7 @@ impl ControllerArgs {
             credential_providers,
             fleet,
             node_namespace,
+            registry_checks,
         } = self;
         let instance = pod_name
             .or_else(|| std::env::var("HOSTNAME").ok())
@@ -340,6 +429,7 @@ impl ControllerArgs {
             ..ControllerOptions::default()
         };
         let credentials = credential_providers.settings(own_namespace)?;
+        let health = registry_checks.checks(metrics.clone())?;
         let identity = format!("{}-{}", options.instance, std::process::id());
         let leading = Leading {
             node_namespace,
@@ -349,6 +439,7 @@ impl ControllerArgs {
             fleet,
             missing_secret_grace: Duration::from_secs(missing_secret_grace),
             metrics: metrics.clone(),
+            health,
         };
         if no_leader_election || !leader_election {
             metrics.operations.leader.set(1);
@@ -410,11 +501,13 @@ struct Leading {
     node_namespace: String,
     missing_secret_grace: Duration,
     metrics: Arc<Metrics>,
+    /// The registry checks (docs/credential-health.md); they keep their results across terms.
+    health: Checks,
 }
 
 /// The composition root of one term as leader: builds the controller, starts each capability
 /// around it with only what it reads (the credential providers, the node agents' hand-off,
-/// the fleet, the node status, the audit gauge, the missing-secret warnings), and runs the controller until `shutdown`. The capabilities stop
+/// the registry checks, the fleet, the node status, the audit gauge, the missing-secret warnings), and runs the controller until `shutdown`. The capabilities stop
 /// with it.
 async fn lead(
     leading: Leading,
@@ -429,6 +522,7 @@ async fn lead(
         node_namespace,
         missing_secret_grace,
         metrics,
+        health,
     } = leading;
     let resync = controller.resync;
     let mut controller = Controller::new(client.clone(), controller, metrics.clone()).await?;
@@ -442,8 +536,10 @@ async fn lead(
         client.clone(),
         node_namespace.clone(),
     )));
+    controller = controller.with_health(Arc::new(health.clone()));
     // Aborted when the term ends, whichever way.
     let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(health.run());
     if fleet.enabled {
         let fleet = Arc::new(Fleet::new(
             client.clone(),

@@ -76,8 +76,9 @@ pub struct ManagerStatus {
     #[serde(default)]
     #[schemars(length(max = 64))]
     pub pull_secrets: Vec<PullSecretRegistries>,
-    /// The Secrets filled by a credential provider, with when their credential expires
-    /// (never the credential).
+    /// The Secrets filled by a credential provider, with when their credential expires, and
+    /// with `spec.verify: Registry` what each registry said of each credential at its last
+    /// check (docs/credential-health.md). Never a credential.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub credentials: Vec<CredentialStatus>,

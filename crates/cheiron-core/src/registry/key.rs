@@ -14,7 +14,7 @@ const DEFAULT_REGISTRY_READ: &str = "index.docker.io";
 /// Docker Hub's domain in normalised image names.
 const DOCKER_HUB_DOMAIN: &str = "docker.io";
 /// Docker Hub's API host: a name users write, but not one the kubelet treats as Docker Hub.
-const DOCKER_HUB_API_HOST: &str = "registry-1.docker.io";
+pub const DOCKER_HUB_API_HOST: &str = "registry-1.docker.io";
 
 /// A registry key (`ghcr.io`, `https://index.docker.io/v1/`, `*.example.com:5000/team`) as the
 /// kubelet reads it.
@@ -178,6 +178,15 @@ impl RegistryKey {
         match &self.reading {
             Reading::Ignored(_) => None,
             Reading::Read { key, .. } => Some(key),
+        }
+    }
+
+    /// The host (and `:port`) the kubelet reads from the key; `None` when it skips the key.
+    /// It may hold glob wildcards (`*.example.com`).
+    pub fn host(&self) -> Option<&str> {
+        match &self.reading {
+            Reading::Ignored(_) => None,
+            Reading::Read { host, .. } => Some(host),
         }
     }
 

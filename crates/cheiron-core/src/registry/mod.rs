@@ -43,4 +43,7 @@ mod url;
 mod tests;
 
 pub use image::{ImageError, ImageRef};
-pub use key::{DOCKER_HUB_KEY, KeyProblem, RegistryKey, canonical_key, offered_for, same_registry};
+pub use key::{
+    DOCKER_HUB_API_HOST, DOCKER_HUB_KEY, KeyProblem, RegistryKey, canonical_key, offered_for,
+    same_registry,
+};

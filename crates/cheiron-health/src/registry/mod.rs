@@ -19,8 +19,6 @@
 //!   set in [`ClientOptions`]), a realm on plain http never sent the credential.
 //! - [`allowance`]: Docker Hub's `ratelimit-*` headers.
 
-use std::time::Duration;
-
 pub mod allowance;
 pub mod challenge;
 mod client;
@@ -81,18 +79,6 @@ pub enum Verdict {
     },
 }
 
-/// Docker Hub's pull allowance for one credential (its `ratelimit-*` headers).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Allowance {
-    /// No `ratelimit-*` headers: a paid account.
-    Unlimited,
-    /// `ratelimit-limit: 100;w=21600` and `ratelimit-remaining: 76;w=21600`.
-    Limited {
-        /// Pulls allowed per window.
-        limit: u64,
-        /// Pulls left in the current window.
-        remaining: u64,
-        /// The window (`w=`), when given.
-        window: Option<Duration>,
-    },
-}
+/// Docker Hub's pull allowance for one credential: the core's type, which the status is made
+/// from.
+pub use cheiron_core::health::Allowance;
