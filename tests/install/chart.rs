@@ -1250,3 +1250,88 @@ fn helm_show_readme_prints_the_chart_readme_naming_every_top_level_value() -> Re
     );
     Ok(())
 }
+
+#[test]
+fn registry_checks_take_only_the_flags_that_differ_and_a_ca_bundle_becomes_a_mounted_config_map()
+-> Result {
+    let default = render(&[])?;
+    let controller = args(&default, "cheiron-controller")?;
+    assert!(
+        !controller
+            .iter()
+            .any(|a| a.contains("registry") || a.contains("verify")),
+        "no registry-check flag by default: {controller:?}"
+    );
+    assert!(
+        find(&default, "ConfigMap", "cheiron-registry-ca").is_err(),
+        "no CA ConfigMap by default"
+    );
+
+    let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----";
+    let values = [
+        "registryChecks.all=true",
+        "registryChecks.intervalSeconds=600",
+        "registryChecks.concurrency=8",
+        "registryChecks.timeoutSeconds=5",
+        "registryChecks.hosts={*.example.com,ghcr.io}",
+    ];
+    let ca = format!("registryChecks.caBundle={pem}");
+    let objects = render(&values.iter().copied().chain([ca.as_str()]).collect::<Vec<_>>())?;
+    let controller = args(&objects, "cheiron-controller")?;
+    for flag in [
+        "--verify-registries",
+        "--registry-check-interval=600",
+        "--registry-check-concurrency=8",
+        "--registry-check-timeout=5",
+        "--registry-check-hosts=*.example.com",
+        "--registry-check-hosts=ghcr.io",
+        "--registry-ca-file=/etc/cheiron/registry-ca/ca.crt",
+    ] {
+        assert!(controller.contains(&flag), "{flag} missing: {controller:?}");
+    }
+    let webhook = args(&objects, "cheiron-webhook")?;
+    assert!(
+        !webhook.iter().any(|a| a.contains("registry")),
+        "the webhook takes no registry-check flag: {webhook:?}"
+    );
+    let config_map = find(&objects, "ConfigMap", "cheiron-registry-ca")?;
+    assert!(
+        config_map["data"]["ca.crt"]
+            .as_str()
+            .is_some_and(|c| c.contains("BEGIN CERTIFICATE")),
+        "{config_map}"
+    );
+    let pod = &find(&objects, "Deployment", "cheiron-controller")?["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["name"] == "registry-ca")
+            .map(|v| v["configMap"]["name"].clone()),
+        Some(serde_json::json!("cheiron-registry-ca"))
+    );
+    assert!(
+        pod["containers"][0]["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|m| m["name"] == "registry-ca" && m["mountPath"] == "/etc/cheiron/registry-ca"),
+        "{pod}"
+    );
+
+    // Combined, `cheiron run` takes them.
+    let combined = render(&["deployment=combined", "registryChecks.all=true"])?;
+    assert!(args(&combined, "cheiron")?.contains(&"--verify-registries"));
+
+    // Bad input is refused with a message, nothing rendered.
+    for (value, message) in [
+        ("registryChecks.caBundle=not a certificate", "not PEM"),
+        ("registryChecks.intervalSeconds=5", "intervalSeconds"),
+        ("registryChecks.concurrency=0", "concurrency"),
+    ] {
+        let err = render(&[value]).err().ok_or(format!("{value} rendered"))?;
+        assert!(err.to_string().contains(message), "{value}: {err}");
+    }
+    Ok(())
+}

@@ -26,7 +26,7 @@ use cheiron_core::{
     policy::{ManagerId, ManagerKind},
     registry::{DOCKER_HUB_API_HOST, RegistryKey},
 };
-use cheiron_runtime::metrics::{AllowanceLabels, CheckedManagerLabels, Metrics};
+use cheiron_runtime::metrics::{AllowanceLabels, CheckedKindLabels, Metrics};
 use futures::{FutureExt, future::BoxFuture};
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use tokio::{sync::Notify, task::JoinSet, time::Instant};
@@ -125,6 +125,8 @@ struct State {
     managers: HashMap<ManagerId, Vec<Use>>,
     /// Registries that gave no answer: failures in a row, and when they may be asked again.
     unreachable: HashMap<String, (u32, Instant)>,
+    /// Each manager's rejected credentials at its last report, summed per kind in the gauge.
+    rejected: HashMap<ManagerId, usize>,
 }
 
 struct Inner {
@@ -443,30 +445,37 @@ impl Checks {
             .collect()
     }
 
-    /// Sets the manager's gauges from its report.
+    /// Sets the gauges from a manager's report.
     fn gauges(&self, manager: &ManagerId, report: &[CredentialCheck], previous: &[Use]) {
         let Some(metrics) = &self.inner.metrics else {
             return;
         };
         let name = manager_label(manager);
-        let kind = manager.kind.as_str();
         let rejected = report
             .iter()
             .filter(|c| c.result == CheckResult::Rejected)
             .count();
-        let labels = CheckedManagerLabels {
-            manager_kind: kind,
-            manager: name.clone(),
-        };
-        if report.is_empty() {
-            metrics.health.rejected.remove(&labels);
-        } else {
-            metrics
-                .health
+        let of_kind = {
+            let mut state = self.state();
+            if rejected == 0 {
+                state.rejected.remove(manager);
+            } else {
+                state.rejected.insert(manager.clone(), rejected);
+            }
+            state
                 .rejected
-                .get_or_create(&labels)
-                .set(i64::try_from(rejected).unwrap_or(i64::MAX));
-        }
+                .iter()
+                .filter(|(id, _)| id.kind == manager.kind)
+                .map(|(_, n)| n)
+                .sum::<usize>()
+        };
+        metrics
+            .health
+            .rejected
+            .get_or_create(&CheckedKindLabels {
+                manager_kind: manager.kind.as_str(),
+            })
+            .set(i64::try_from(of_kind).unwrap_or(i64::MAX));
         for old in previous {
             let labels = AllowanceLabels {
                 registry: old.registry.clone(),

@@ -18,6 +18,8 @@ struct Fake {
     down: Mutex<HashSet<String>>,
     /// How long each check takes.
     delay: Duration,
+    /// Docker Hub's allowance, for every accepted Docker Hub check.
+    allowance: Option<Allowance>,
 }
 
 impl Checker for Fake {
@@ -49,7 +51,9 @@ impl Checker for Fake {
                     detail: format!("{} answered 401", target.host),
                 }
             } else {
-                Verdict::Accepted { allowance: None }
+                Verdict::Accepted {
+                    allowance: self.allowance.filter(|_| target.docker_hub),
+                }
             }
         }
         .boxed()
@@ -160,7 +164,10 @@ async fn a_rotated_credential_is_checked_at_once_and_its_managers_are_told() {
     let report = checks.observe(&id, true, &[secret("pull", "ghcr.io", "bot", "old")]);
     assert_eq!(results(&report), [CheckResult::Pending]);
     settle().await;
-    assert_eq!(changed.lock().expect("changed").as_slice(), std::slice::from_ref(&id));
+    assert_eq!(
+        changed.lock().expect("changed").as_slice(),
+        std::slice::from_ref(&id)
+    );
     let report = checks.observe(&id, true, &[secret("pull", "ghcr.io", "bot", "old")]);
     assert_eq!(results(&report), [CheckResult::Rejected]);
     assert_eq!(report[0].message.as_deref(), Some("ghcr.io answered 401"));
@@ -370,4 +377,56 @@ async fn a_forgotten_manager_s_credentials_are_no_longer_checked() {
     tokio::time::sleep(Duration::from_secs(600)).await;
     settle().await;
     assert_eq!(fake.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_gauges_count_rejections_per_kind_and_show_docker_hub_s_allowance() {
+    let fake = Arc::new(Fake {
+        allowance: Some(Allowance::Limited {
+            limit: 100,
+            remaining: 7,
+            window: Some(Duration::from_secs(21_600)),
+        }),
+        ..Fake::default()
+    });
+    fake.refused
+        .lock()
+        .expect("refused")
+        .insert("bad".to_owned());
+    let metrics = Arc::new(Metrics::new());
+    let checks = Checks::new(CheckOptions::default(), fake.clone(), Some(metrics.clone()));
+    tokio::spawn(checks.clone().run());
+    let hub = [secret("dockerhub", "https://index.docker.io/v1/", "u", "p")];
+    let bad = [secret("pull", "ghcr.io", "u", "bad")];
+    checks.observe(&cluster("hub"), true, &hub);
+    checks.observe(&cluster("a"), true, &bad);
+    checks.observe(&cluster("b"), true, &bad);
+    settle().await;
+    checks.observe(&cluster("hub"), true, &hub);
+    checks.observe(&cluster("a"), true, &bad);
+    checks.observe(&cluster("b"), true, &bad);
+    let text = metrics.encode().expect("encoded");
+    for line in [
+        "cheiron_credential_rejected{manager_kind=\"ClusterImagePullSecretManager\"} 2",
+        "cheiron_credential_rejected{manager_kind=\"ImagePullSecretManager\"} 0",
+        "cheiron_registry_pulls_remaining{registry=\"https://index.docker.io/v1/\",entry=\"hub/dockerhub\"} 7",
+        "cheiron_registry_pulls_limit{registry=\"https://index.docker.io/v1/\",entry=\"hub/dockerhub\"} 100",
+        "cheiron_registry_check_total{result=\"rejected\"} 1",
+        "cheiron_registry_check_total{result=\"accepted\"} 1",
+    ] {
+        assert!(text.contains(line), "{line} missing:\n{text}");
+    }
+    checks.forget(&cluster("a"));
+    checks.forget(&cluster("hub"));
+    let text = metrics.encode().expect("encoded");
+    assert!(
+        text.contains(
+            "cheiron_credential_rejected{manager_kind=\"ClusterImagePullSecretManager\"} 1"
+        ),
+        "{text}"
+    );
+    assert!(
+        !text.contains("hub/dockerhub"),
+        "a forgotten manager's series stay: {text}"
+    );
 }

@@ -412,13 +412,11 @@ pub struct RegistryCheckLabels {
     pub result: &'static str,
 }
 
-/// Labels of a manager's credential-health gauges.
+/// Labels of `cheiron_credential_rejected`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CheckedManagerLabels {
+pub struct CheckedKindLabels {
     /// `ImagePullSecretManager` or `ClusterImagePullSecretManager`.
     pub manager_kind: &'static str,
-    /// `namespace/name` or `name`.
-    pub manager: String,
 }
 
 /// Labels of Docker Hub's pull-allowance gauges.
@@ -430,28 +428,18 @@ pub struct AllowanceLabels {
     pub entry: String,
 }
 
-/// Labels of `cheiron_pull_failures_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PullFailureLabels {
-    /// `ImagePullSecretManager` or `ClusterImagePullSecretManager`.
-    pub manager_kind: &'static str,
-    /// The registry key whose credential was refused.
-    pub registry: String,
-}
-
 /// Metrics of credential health (docs/credential-health.md).
 #[derive(Clone, Debug, Default)]
 pub struct HealthMetrics {
     /// Registry checks done, by result.
     pub checks: Family<RegistryCheckLabels, Counter>,
-    /// Per manager: its credentials a registry rejects at the last check.
-    pub rejected: Family<CheckedManagerLabels, Gauge>,
+    /// Per manager kind: the managers' credentials a registry rejected at the last check
+    /// (`kubectl describe` of a manager names them).
+    pub rejected: Family<CheckedKindLabels, Gauge>,
     /// Docker Hub: pulls left in the window, per credential of a manager.
     pub pulls_remaining: Family<AllowanceLabels, Gauge>,
     /// Docker Hub: pulls allowed per window, per credential of a manager.
     pub pulls_limit: Family<AllowanceLabels, Gauge>,
-    /// Pulls the registry refused, attributed to a manager's credential.
-    pub pull_failures: Family<PullFailureLabels, Counter>,
 }
 
 impl HealthMetrics {
@@ -660,9 +648,14 @@ impl Metrics {
         }
         registry.register(
             "credential_rejected",
-            "Credentials of a manager that their registry rejected at the last check",
+            "Managers' credentials that their registry rejected at the last check, by manager kind",
             health.rejected.clone(),
         );
+        for kind in [ManagerKind::Namespaced, ManagerKind::Cluster] {
+            let _guard = health.rejected.get_or_create(&CheckedKindLabels {
+                manager_kind: kind.as_str(),
+            });
+        }
         registry.register(
             "registry_pulls_remaining",
             "Docker Hub: pulls left in the current window for a manager's credential",
@@ -672,11 +665,6 @@ impl Metrics {
             "registry_pulls_limit",
             "Docker Hub: pulls allowed per window for a manager's credential",
             health.pulls_limit.clone(),
-        );
-        registry.register(
-            "pull_failures",
-            "Image pulls the registry refused, attributed to a manager's credential",
-            health.pull_failures.clone(),
         );
 
         let mut process = Registry::default();
