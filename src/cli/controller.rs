@@ -167,12 +167,24 @@ pub struct RegistryCheckArgs {
     /// registries).
     #[arg(long, value_name = "FILE", env = "CHEIRON_REGISTRY_CA_FILE")]
     pub registry_ca_file: Option<std::path::PathBuf>,
+    /// Watch the kubelets' pull-failure Events and attribute the pulls a registry refused to
+    /// the manager whose credential the Pod used (status.pullFailures, a PullRejected Event).
+    #[arg(
+        long,
+        env = "CHEIRON_ATTRIBUTE_PULL_FAILURES",
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_value_t = true,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    pub attribute_pull_failures: bool,
 }
 
 impl RegistryCheckArgs {
     /// The checks these flags ask for; a CA file that cannot be read or holds no certificate
     /// is refused here, before the controller starts.
-    pub fn checks(self, metrics: Arc<Metrics>) -> anyhow::Result<crate::health::checks::Checks> {
+    pub fn checks(&self, metrics: Arc<Metrics>) -> anyhow::Result<crate::health::checks::Checks> {
         use crate::health::{checks, registry};
         let ca_bundle =
             match &self.registry_ca_file {
@@ -192,7 +204,7 @@ impl RegistryCheckArgs {
                 all_managers: self.verify_registries,
                 interval: Duration::from_secs(self.registry_check_interval),
                 concurrency: self.registry_check_concurrency,
-                hosts: self.registry_check_hosts,
+                hosts: self.registry_check_hosts.clone(),
             },
             Arc::new(client),
             Some(metrics),
@@ -430,6 +442,7 @@ impl ControllerArgs {
         };
         let credentials = credential_providers.settings(own_namespace)?;
         let health = registry_checks.checks(metrics.clone())?;
+        let attribute_pull_failures = registry_checks.attribute_pull_failures;
         let identity = format!("{}-{}", options.instance, std::process::id());
         let leading = Leading {
             node_namespace,
@@ -440,6 +453,7 @@ impl ControllerArgs {
             missing_secret_grace: Duration::from_secs(missing_secret_grace),
             metrics: metrics.clone(),
             health,
+            attribute_pull_failures,
         };
         if no_leader_election || !leader_election {
             metrics.operations.leader.set(1);
@@ -503,6 +517,8 @@ struct Leading {
     metrics: Arc<Metrics>,
     /// The registry checks (docs/credential-health.md); they keep their results across terms.
     health: Checks,
+    /// Watch the kubelets' pull failures (docs/credential-health.md).
+    attribute_pull_failures: bool,
 }
 
 /// The composition root of one term as leader: builds the controller, starts each capability
@@ -523,6 +539,7 @@ async fn lead(
         missing_secret_grace,
         metrics,
         health,
+        attribute_pull_failures,
     } = leading;
     let resync = controller.resync;
     let mut controller = Controller::new(client.clone(), controller, metrics.clone()).await?;
@@ -539,7 +556,7 @@ async fn lead(
     controller = controller.with_health(Arc::new(health.clone()));
     // Aborted when the term ends, whichever way.
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(health.run());
+    tasks.spawn(health.clone().run());
     if fleet.enabled {
         let fleet = Arc::new(Fleet::new(
             client.clone(),
@@ -566,8 +583,20 @@ async fn lead(
     };
     tasks.spawn(after(
         controller.synced(),
-        gauge::keep(counted, metrics, gauge::FIRST_COUNT_AFTER, resync),
+        gauge::keep(counted, metrics.clone(), gauge::FIRST_COUNT_AFTER, resync),
     ));
+    if attribute_pull_failures {
+        tasks.spawn(after(
+            controller.synced(),
+            crate::health::pulls::watch::watch(
+                client.clone(),
+                health,
+                controller.managers(),
+                controller.recorder(),
+                metrics.clone(),
+            ),
+        ));
+    }
     tasks.spawn(after(
         controller.synced(),
         missing_secrets::watch(client, controller.recorder(), missing_secret_grace),

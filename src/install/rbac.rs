@@ -60,6 +60,10 @@ pub fn webhook_rules() -> Vec<PolicyRule> {
 ///   Event on those whose Secret is still missing after the grace period;
 /// - Events (`events.k8s.io/v1`): `create`d, and `patch`ed when they repeat, in the namespace
 ///   of the manager, ServiceAccount or Pod (`default` for cluster managers);
+/// - the kubelets' pull failures (core/v1 Events, `involvedObject.kind=Pod,reason=Failed`),
+///   watched to attribute a refused pull to the manager whose credential the Pod used
+///   (docs/credential-health.md); the Pod is then listed by name (the Pod rights above) and
+///   its pull secrets' metadata read (the Secret rights above);
 /// - mode Node (docs/node.md): Nodes watched (metadata: their labels) and the node agents'
 ///   report Leases watched (by label, in the node namespace, `--node-namespace`; a
 ///   ClusterRole cannot narrow `list`/`watch` to one namespace, and a Lease holds no secret),
@@ -85,6 +89,7 @@ pub fn controller_rules() -> Vec<PolicyRule> {
         rule("", &["namespaces"], &["list", "watch"]),
         rule("", &["pods"], &["list", "watch"]),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
+        rule("", &["events"], &["list", "watch"]),
         rule("", &["nodes"], &["list", "watch"]),
         rule("coordination.k8s.io", &["leases"], &["list", "watch"]),
     ]

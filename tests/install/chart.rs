@@ -1276,7 +1276,13 @@ fn registry_checks_take_only_the_flags_that_differ_and_a_ca_bundle_becomes_a_mou
         "registryChecks.hosts={*.example.com,ghcr.io}",
     ];
     let ca = format!("registryChecks.caBundle={pem}");
-    let objects = render(&values.iter().copied().chain([ca.as_str()]).collect::<Vec<_>>())?;
+    let objects = render(
+        &values
+            .iter()
+            .copied()
+            .chain([ca.as_str()])
+            .collect::<Vec<_>>(),
+    )?;
     let controller = args(&objects, "cheiron-controller")?;
     for flag in [
         "--verify-registries",

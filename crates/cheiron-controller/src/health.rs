@@ -8,6 +8,15 @@ use std::sync::Arc;
 
 use crate::{content::desired::DesiredSecret, core_health::CredentialCheck, policy::ManagerId};
 
+/// What credential health knows of one manager.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HealthReport {
+    /// The registry checks of its credentials.
+    pub checks: Vec<CredentialCheck>,
+    /// Pulls refused with its credentials lately.
+    pub pull_failures: Option<crate::api::PullFailures>,
+}
+
 /// Called with a manager whose check results changed.
 pub type OnChange = Arc<dyn Fn(&ManagerId) + Send + Sync>;
 
@@ -17,14 +26,11 @@ pub trait Health: Send + Sync {
     fn on_change(&self, changed: OnChange);
 
     /// Hands over the Secrets `manager` writes (`verify`: its `spec.verify` asks for registry
-    /// checks). Returns what is known of them: one entry per registry key of each Secret
-    /// checked, in order; none when the manager is not checked. Never blocks on a registry.
-    fn observe(
-        &self,
-        manager: &ManagerId,
-        verify: bool,
-        secrets: &[DesiredSecret],
-    ) -> Vec<CredentialCheck>;
+    /// checks). Returns what is known of them: one check per registry key of each Secret
+    /// checked, in order (none when the manager is not checked), and the pulls refused with
+    /// its credentials lately. Never blocks on a registry.
+    fn observe(&self, manager: &ManagerId, verify: bool, secrets: &[DesiredSecret])
+    -> HealthReport;
 
     /// Forgets a deleted manager.
     fn forget(&self, manager: &ManagerId);

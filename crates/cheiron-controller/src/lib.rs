@@ -50,7 +50,7 @@ mod write;
 pub use cluster::{Cluster, ClusterCaches};
 pub use error::ControllerError;
 pub use findings::{Issue, IssueKind};
-pub use health::{Health, OnChange};
+pub use health::{Health, HealthReport, OnChange};
 pub use kinds::{ManagerObject, ManagerRef};
 pub use namespaces::NamespaceCache;
 pub use nodes::Nodes;

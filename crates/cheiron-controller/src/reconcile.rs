@@ -171,7 +171,7 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
     }
 
     // Registry checks answer later; a change of their result asks for another reconcile.
-    let checks = ctx
+    let health = ctx
         .health
         .as_ref()
         .map(|h| h.observe(&id, manager.verify(), &desired.secrets))
@@ -188,7 +188,8 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         retry_in: None,
         pull_secrets: pull_secret_registries(&desired.secrets, manager.current_status()),
         credentials,
-        checks,
+        checks: health.checks,
+        pull_failures: health.pull_failures,
         pod_mode_in_workloads: compiled.mode == crate::api::Mode::Pod,
         clusters,
     };
@@ -260,6 +261,9 @@ async fn write_status<K: ManagerObject>(
     if next.credentials.is_empty() && previous.is_some_and(|p| !p.credentials.is_empty()) {
         // A merge patch keeps what it does not name: clear the list explicitly.
         patch["status"]["credentials"] = serde_json::Value::Null;
+    }
+    if next.pull_failures.is_none() && previous.is_some_and(|p| p.pull_failures.is_some()) {
+        patch["status"]["pullFailures"] = serde_json::Value::Null;
     }
     if next.clusters.is_empty() && previous.is_some_and(|p| !p.clusters.is_empty()) {
         patch["status"]["clusters"] = serde_json::Value::Null;

@@ -117,6 +117,8 @@ pub struct Findings {
     /// What the registry checks know of the manager's credentials (empty when they are off),
     /// for `status.credentials` and the `CredentialsAccepted` condition.
     pub checks: Vec<crate::health::CredentialCheck>,
+    /// Pulls refused with the manager's credentials lately, for `status.pullFailures`.
+    pub pull_failures: Option<crate::api::PullFailures>,
     /// The workload clusters selected, for `status.clusters` (empty without `spec.clusters`).
     pub clusters: Vec<ClusterStatus>,
     /// Mode Pod with workload clusters selected: the Secrets reach them, but only a cheiron
@@ -325,6 +327,7 @@ pub fn status(findings: &Findings, previous: Option<&ManagerStatus>, now: Time) 
             &findings.checks,
             MAX_CREDENTIALS,
         ),
+        pull_failures: findings.pull_failures.clone(),
         clusters: findings
             .clusters
             .iter()

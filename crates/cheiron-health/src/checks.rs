@@ -14,13 +14,14 @@
 //! Nothing here blocks a reconcile: [`Checks::observe`] answers from memory.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{HashMap, HashSet, VecDeque},
     sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
 
-use cheiron_controller::{Health, OnChange};
+use cheiron_controller::{Health, HealthReport, OnChange};
 use cheiron_core::{
+    api::{PullFailure, PullFailures},
     content::{desired::DesiredSecret, logins},
     health::{Allowance, CheckResult, CredentialCheck},
     policy::{ManagerId, ManagerKind},
@@ -40,6 +41,15 @@ pub const DEFAULT_CONCURRENCY: usize = 4;
 /// The first wait before asking a registry that gave no answer again; it doubles per
 /// failure, up to the interval.
 pub const FIRST_RETRY: Duration = Duration::from_secs(30);
+/// How long a refused pull counts in a manager's `status.pullFailures`.
+pub const PULL_FAILURE_WINDOW: Duration = Duration::from_secs(3600);
+/// Refused pulls remembered per manager (the count says how many there were).
+pub const MAX_PULL_FAILURES_KEPT: usize = 1000;
+/// Refused pulls listed in a manager's status.
+pub const PULL_FAILURES_LISTED: usize = 5;
+/// At most one Warning Event per manager and registry in this time, however many Pods fail.
+pub const PULL_FAILURE_EVENT_WINDOW: Duration = Duration::from_secs(600);
+
 /// Most registry keys checked per manager (the bound of `status.credentials`); the rest are
 /// reported `Unchecked`.
 pub const MAX_CHECKS_PER_MANAGER: usize = 64;
@@ -127,6 +137,11 @@ struct State {
     unreachable: HashMap<String, (u32, Instant)>,
     /// Each manager's rejected credentials at its last report, summed per kind in the gauge.
     rejected: HashMap<ManagerId, usize>,
+    /// Pulls refused with each manager's credentials, newest last, within
+    /// [`PULL_FAILURE_WINDOW`].
+    pulls: HashMap<ManagerId, VecDeque<(Instant, PullFailure)>>,
+    /// When a manager last got a Warning Event for a registry's refusals.
+    warned: HashMap<(ManagerId, String), Instant>,
 }
 
 struct Inner {
@@ -523,10 +538,14 @@ impl Health for Checks {
         manager: &ManagerId,
         verify: bool,
         secrets: &[DesiredSecret],
-    ) -> Vec<CredentialCheck> {
+    ) -> HealthReport {
+        let pull_failures = self.pull_failures(manager);
         if !(verify || self.inner.options.all_managers) {
-            self.forget(manager);
-            return Vec::new();
+            self.forget_checks(manager);
+            return HealthReport {
+                checks: Vec::new(),
+                pull_failures,
+            };
         }
         let uses = self.uses(manager, secrets);
         let (report, previous, new) = {
@@ -558,10 +577,25 @@ impl Health for Checks {
         if new {
             self.inner.wake.notify_one();
         }
-        report
+        HealthReport {
+            checks: report,
+            pull_failures,
+        }
     }
 
     fn forget(&self, manager: &ManagerId) {
+        {
+            let mut state = self.state();
+            state.pulls.remove(manager);
+            state.warned.retain(|(id, _), _| id != manager);
+        }
+        self.forget_checks(manager);
+    }
+}
+
+impl Checks {
+    /// Stops checking a manager's credentials.
+    fn forget_checks(&self, manager: &ManagerId) {
         let previous = {
             let mut state = self.state();
             let previous = state.managers.remove(manager);
@@ -571,6 +605,69 @@ impl Health for Checks {
         if let Some(previous) = previous {
             self.gauges(manager, &[], &previous);
         }
+    }
+}
+
+impl Checks {
+    /// Records a pull the registry refused with `manager`'s credential (docs/credential-health.md,
+    /// "Pull failures") and asks for the manager's reconcile. Returns true when the manager
+    /// should get a Warning Event for this registry: at most one per
+    /// [`PULL_FAILURE_EVENT_WINDOW`].
+    pub fn pull_refused(&self, manager: &ManagerId, failure: PullFailure) -> bool {
+        let now = Instant::now();
+        let warn = {
+            let mut state = self.state();
+            let key = (manager.clone(), failure.registry.clone());
+            let warn = state
+                .warned
+                .get(&key)
+                .is_none_or(|at| now.duration_since(*at) >= PULL_FAILURE_EVENT_WINDOW);
+            if warn {
+                state.warned.insert(key, now);
+            }
+            let list = state.pulls.entry(manager.clone()).or_default();
+            list.push_back((now, failure));
+            while list.len() > MAX_PULL_FAILURES_KEPT {
+                list.pop_front();
+            }
+            warn
+        };
+        let callback = self
+            .inner
+            .on_change
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_else(|poisoned| poisoned.into_inner().clone());
+        if let Some(callback) = callback {
+            callback(manager);
+        }
+        warn
+    }
+
+    /// The manager's refused pulls within the window, newest first; `None` when there are none.
+    fn pull_failures(&self, manager: &ManagerId) -> Option<PullFailures> {
+        let now = Instant::now();
+        let mut state = self.state();
+        let list = state.pulls.get_mut(manager)?;
+        while list
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) >= PULL_FAILURE_WINDOW)
+        {
+            list.pop_front();
+        }
+        if list.is_empty() {
+            state.pulls.remove(manager);
+            return None;
+        }
+        Some(PullFailures {
+            count: i64::try_from(list.len()).unwrap_or(i64::MAX),
+            recent: list
+                .iter()
+                .rev()
+                .take(PULL_FAILURES_LISTED)
+                .map(|(_, f)| f.clone())
+                .collect(),
+        })
     }
 }
 

@@ -112,6 +112,16 @@ async fn settle() {
     }
 }
 
+/// The checks part of what the reconcile gets back.
+fn observe(
+    checks: &Checks,
+    manager: &ManagerId,
+    verify: bool,
+    secrets: &[DesiredSecret],
+) -> Vec<CredentialCheck> {
+    checks.observe(manager, verify, secrets).checks
+}
+
 fn results(report: &[CredentialCheck]) -> Vec<CheckResult> {
     report.iter().map(|c| c.result).collect()
 }
@@ -122,7 +132,8 @@ async fn a_hundred_managers_sharing_ten_credentials_make_ten_checks_per_period()
     let (checks, _) = checks(&fake, CheckOptions::default());
     for m in 0..100 {
         let c = m % 10;
-        let report = checks.observe(
+        let report = observe(
+            &checks,
             &cluster(&format!("m{m}")),
             true,
             &[secret(
@@ -136,7 +147,8 @@ async fn a_hundred_managers_sharing_ten_credentials_make_ten_checks_per_period()
     }
     settle().await;
     assert_eq!(fake.calls(), 10, "one check per distinct credential");
-    let report = checks.observe(
+    let report = observe(
+        &checks,
         &cluster("m3"),
         true,
         &[secret("pull", "registry.example.com", "user3", "pw")],
@@ -161,24 +173,44 @@ async fn a_rotated_credential_is_checked_at_once_and_its_managers_are_told() {
         .insert("old".to_owned());
     let (checks, changed) = checks(&fake, CheckOptions::default());
     let id = cluster("hub");
-    let report = checks.observe(&id, true, &[secret("pull", "ghcr.io", "bot", "old")]);
+    let report = observe(
+        &checks,
+        &id,
+        true,
+        &[secret("pull", "ghcr.io", "bot", "old")],
+    );
     assert_eq!(results(&report), [CheckResult::Pending]);
     settle().await;
     assert_eq!(
         changed.lock().expect("changed").as_slice(),
         std::slice::from_ref(&id)
     );
-    let report = checks.observe(&id, true, &[secret("pull", "ghcr.io", "bot", "old")]);
+    let report = observe(
+        &checks,
+        &id,
+        true,
+        &[secret("pull", "ghcr.io", "bot", "old")],
+    );
     assert_eq!(results(&report), [CheckResult::Rejected]);
     assert_eq!(report[0].message.as_deref(), Some("ghcr.io answered 401"));
 
     // The source is fixed: the new credential is checked without waiting for the period.
-    let report = checks.observe(&id, true, &[secret("pull", "ghcr.io", "bot", "new")]);
+    let report = observe(
+        &checks,
+        &id,
+        true,
+        &[secret("pull", "ghcr.io", "bot", "new")],
+    );
     assert_eq!(results(&report), [CheckResult::Pending]);
     settle().await;
     assert_eq!(fake.calls(), 2);
     assert_eq!(changed.lock().expect("changed").len(), 2);
-    let report = checks.observe(&id, true, &[secret("pull", "ghcr.io", "bot", "new")]);
+    let report = observe(
+        &checks,
+        &id,
+        true,
+        &[secret("pull", "ghcr.io", "bot", "new")],
+    );
     assert_eq!(results(&report), [CheckResult::Accepted]);
 }
 
@@ -192,10 +224,10 @@ async fn a_revoked_credential_is_found_by_the_periodic_check() {
     let (checks, changed) = checks(&fake, options);
     let id = cluster("c");
     let secrets = [secret("pull", "ghcr.io", "bot", "pw")];
-    checks.observe(&id, true, &secrets);
+    observe(&checks, &id, true, &secrets);
     settle().await;
     assert_eq!(
-        results(&checks.observe(&id, true, &secrets)),
+        results(&observe(&checks, &id, true, &secrets)),
         [CheckResult::Accepted]
     );
     fake.refused
@@ -205,7 +237,7 @@ async fn a_revoked_credential_is_found_by_the_periodic_check() {
     tokio::time::sleep(Duration::from_secs(70)).await;
     settle().await;
     assert_eq!(
-        results(&checks.observe(&id, true, &secrets)),
+        results(&observe(&checks, &id, true, &secrets)),
         [CheckResult::Rejected]
     );
     assert_eq!(changed.lock().expect("changed").len(), 2);
@@ -216,7 +248,7 @@ async fn verify_off_checks_nothing_unless_every_manager_is_checked() {
     let fake = Arc::new(Fake::default());
     let (checks, _) = checks(&fake, CheckOptions::default());
     let secrets = [secret("pull", "ghcr.io", "bot", "pw")];
-    assert!(checks.observe(&cluster("c"), false, &secrets).is_empty());
+    assert!(observe(&checks, &cluster("c"), false, &secrets).is_empty());
     settle().await;
     assert_eq!(fake.calls(), 0);
 
@@ -225,7 +257,7 @@ async fn verify_off_checks_nothing_unless_every_manager_is_checked() {
         ..CheckOptions::default()
     };
     let (checks, _) = self::checks(&fake, all);
-    assert_eq!(checks.observe(&cluster("c"), false, &secrets).len(), 1);
+    assert_eq!(observe(&checks, &cluster("c"), false, &secrets).len(), 1);
     settle().await;
     assert_eq!(fake.calls(), 1);
 }
@@ -235,7 +267,12 @@ async fn a_tenant_cannot_make_the_controller_probe_hosts_of_its_choosing() {
     let fake = Arc::new(Fake::default());
     let (checks, _) = checks(&fake, CheckOptions::default());
     let tenant = namespaced("team-a", "pulls");
-    let report = checks.observe(&tenant, true, &[secret("pull", "10.0.0.1:6443", "u", "p")]);
+    let report = observe(
+        &checks,
+        &tenant,
+        true,
+        &[secret("pull", "10.0.0.1:6443", "u", "p")],
+    );
     assert_eq!(results(&report), [CheckResult::Unchecked]);
     assert!(
         report[0]
@@ -252,7 +289,8 @@ async fn a_tenant_cannot_make_the_controller_probe_hosts_of_its_choosing() {
         ..CheckOptions::default()
     };
     let (checks, _) = self::checks(&fake, listed);
-    let report = checks.observe(
+    let report = observe(
+        &checks,
         &tenant,
         true,
         &[
@@ -265,7 +303,8 @@ async fn a_tenant_cannot_make_the_controller_probe_hosts_of_its_choosing() {
         [CheckResult::Pending, CheckResult::Unchecked]
     );
     // The list binds cluster managers too.
-    let report = checks.observe(
+    let report = observe(
+        &checks,
         &cluster("c"),
         true,
         &[secret("other", "10.0.0.1:6443", "u", "p")],
@@ -279,7 +318,8 @@ async fn a_tenant_cannot_make_the_controller_probe_hosts_of_its_choosing() {
 async fn wildcard_keys_are_unchecked_and_docker_hub_is_checked_at_its_api_host() {
     let fake = Arc::new(Fake::default());
     let (checks, _) = checks(&fake, CheckOptions::default());
-    let report = checks.observe(
+    let report = observe(
+        &checks,
         &cluster("c"),
         true,
         &[
@@ -310,7 +350,8 @@ async fn no_more_checks_run_at_once_than_the_concurrency() {
     };
     let (checks, _) = checks(&fake, options);
     for n in 0..12 {
-        checks.observe(
+        observe(
+            &checks,
             &cluster(&format!("m{n}")),
             true,
             &[secret("pull", "ghcr.io", &format!("u{n}"), "p")],
@@ -334,11 +375,11 @@ async fn an_unreachable_registry_backs_off_and_is_never_called_a_rejection() {
         secret("a", "ghcr.io", "u1", "p"),
         secret("b", "ghcr.io", "u2", "p"),
     ];
-    checks.observe(&id, true, &secrets);
+    observe(&checks, &id, true, &secrets);
     settle().await;
     assert_eq!(fake.calls(), 2);
     assert_eq!(
-        results(&checks.observe(&id, true, &secrets)),
+        results(&observe(&checks, &id, true, &secrets)),
         [CheckResult::Unreachable, CheckResult::Unreachable]
     );
     // Not before the first retry; then each failure doubles the wait.
@@ -357,7 +398,7 @@ async fn an_unreachable_registry_backs_off_and_is_never_called_a_rejection() {
     tokio::time::sleep(FIRST_RETRY * 8).await;
     settle().await;
     assert_eq!(
-        results(&checks.observe(&id, true, &secrets)),
+        results(&observe(&checks, &id, true, &secrets)),
         [CheckResult::Accepted, CheckResult::Accepted]
     );
 }
@@ -370,7 +411,12 @@ async fn a_forgotten_manager_s_credentials_are_no_longer_checked() {
         ..CheckOptions::default()
     };
     let (checks, _) = checks(&fake, options);
-    checks.observe(&cluster("c"), true, &[secret("pull", "ghcr.io", "u", "p")]);
+    observe(
+        &checks,
+        &cluster("c"),
+        true,
+        &[secret("pull", "ghcr.io", "u", "p")],
+    );
     settle().await;
     assert_eq!(fake.calls(), 1);
     checks.forget(&cluster("c"));
@@ -398,13 +444,13 @@ async fn the_gauges_count_rejections_per_kind_and_show_docker_hub_s_allowance() 
     tokio::spawn(checks.clone().run());
     let hub = [secret("dockerhub", "https://index.docker.io/v1/", "u", "p")];
     let bad = [secret("pull", "ghcr.io", "u", "bad")];
-    checks.observe(&cluster("hub"), true, &hub);
-    checks.observe(&cluster("a"), true, &bad);
-    checks.observe(&cluster("b"), true, &bad);
+    observe(&checks, &cluster("hub"), true, &hub);
+    observe(&checks, &cluster("a"), true, &bad);
+    observe(&checks, &cluster("b"), true, &bad);
     settle().await;
-    checks.observe(&cluster("hub"), true, &hub);
-    checks.observe(&cluster("a"), true, &bad);
-    checks.observe(&cluster("b"), true, &bad);
+    observe(&checks, &cluster("hub"), true, &hub);
+    observe(&checks, &cluster("a"), true, &bad);
+    observe(&checks, &cluster("b"), true, &bad);
     let text = metrics.encode().expect("encoded");
     for line in [
         "cheiron_credential_rejected{manager_kind=\"ClusterImagePullSecretManager\"} 2",
@@ -429,4 +475,74 @@ async fn the_gauges_count_rejections_per_kind_and_show_docker_hub_s_allowance() 
         !text.contains("hub/dockerhub"),
         "a forgotten manager's series stay: {text}"
     );
+}
+
+fn refused(pod: &str, registry: &str) -> PullFailure {
+    PullFailure {
+        namespace: "team".to_owned(),
+        pod: pod.to_owned(),
+        image: format!("{registry}/app:1"),
+        secret: "pull".to_owned(),
+        registry: registry.to_owned(),
+        since: Time(Timestamp::UNIX_EPOCH),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn refused_pulls_are_listed_for_an_hour_and_warned_once_per_registry_and_window() {
+    let fake = Arc::new(Fake::default());
+    let (checks, changed) = checks(&fake, CheckOptions::default());
+    let id = cluster("c");
+    assert_eq!(checks.observe(&id, false, &[]).pull_failures, None);
+    assert!(
+        checks.pull_refused(&id, refused("a", "ghcr.io")),
+        "the first one warns"
+    );
+    assert!(
+        !checks.pull_refused(&id, refused("b", "ghcr.io")),
+        "the same registry waits"
+    );
+    assert!(
+        checks.pull_refused(&id, refused("c", "quay.io")),
+        "another registry warns"
+    );
+    assert_eq!(
+        changed.lock().expect("changed").len(),
+        3,
+        "each asks for a reconcile"
+    );
+    for n in 0..10 {
+        checks.pull_refused(&id, refused(&format!("p{n}"), "ghcr.io"));
+    }
+    // Reported whether or not the manager's credentials are checked.
+    let report = checks
+        .observe(&id, false, &[])
+        .pull_failures
+        .expect("failures");
+    assert_eq!(report.count, 13);
+    assert_eq!(report.recent.len(), PULL_FAILURES_LISTED);
+    assert_eq!(report.recent[0].pod, "p9", "newest first");
+    assert!(
+        checks
+            .observe(&cluster("other"), true, &[])
+            .pull_failures
+            .is_none()
+    );
+
+    tokio::time::sleep(PULL_FAILURE_EVENT_WINDOW).await;
+    assert!(
+        checks.pull_refused(&id, refused("d", "ghcr.io")),
+        "a new window warns again"
+    );
+    tokio::time::sleep(PULL_FAILURE_WINDOW - PULL_FAILURE_EVENT_WINDOW).await;
+    let report = checks
+        .observe(&id, true, &[])
+        .pull_failures
+        .expect("failures");
+    assert_eq!(report.count, 1, "only the last hour counts");
+    tokio::time::sleep(PULL_FAILURE_WINDOW).await;
+    assert_eq!(checks.observe(&id, true, &[]).pull_failures, None);
+    checks.pull_refused(&id, refused("e", "ghcr.io"));
+    checks.forget(&id);
+    assert_eq!(checks.observe(&id, true, &[]).pull_failures, None);
 }

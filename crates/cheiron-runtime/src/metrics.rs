@@ -428,6 +428,15 @@ pub struct AllowanceLabels {
     pub entry: String,
 }
 
+/// Labels of `cheiron_pull_failures_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PullFailureLabels {
+    /// `ImagePullSecretManager` or `ClusterImagePullSecretManager`.
+    pub manager_kind: &'static str,
+    /// The registry key whose credential was refused.
+    pub registry: String,
+}
+
 /// Metrics of credential health (docs/credential-health.md).
 #[derive(Clone, Debug, Default)]
 pub struct HealthMetrics {
@@ -440,6 +449,8 @@ pub struct HealthMetrics {
     pub pulls_remaining: Family<AllowanceLabels, Gauge>,
     /// Docker Hub: pulls allowed per window, per credential of a manager.
     pub pulls_limit: Family<AllowanceLabels, Gauge>,
+    /// Pulls a registry refused, attributed to a manager's credential.
+    pub pull_failures: Family<PullFailureLabels, Counter>,
 }
 
 impl HealthMetrics {
@@ -665,6 +676,11 @@ impl Metrics {
             "registry_pulls_limit",
             "Docker Hub: pulls allowed per window for a manager's credential",
             health.pulls_limit.clone(),
+        );
+        registry.register(
+            "pull_failures",
+            "Image pulls a registry refused, attributed to a manager's credential (kubelet Events)",
+            health.pull_failures.clone(),
         );
 
         let mut process = Registry::default();

@@ -18,8 +18,8 @@ pub use fleet::{ClusterSelection, ClusterStatus};
 pub use namespaced::{ImagePullSecretManager, ImagePullSecretManagerSpec};
 pub use rules::{InvalidSpec, validate_cluster, validate_namespaced};
 pub use status::{
-    CredentialStatus, ManagerStatus, NODE_STATUS_FIELDS, NamespaceFailure, NodeStatus,
-    PullSecretRegistries, reason,
+    CredentialStatus, ManagerStatus, NODE_STATUS_FIELDS, NamespaceFailure, NodeStatus, PullFailure,
+    PullFailures, PullSecretRegistries, reason,
 };
 
 /// The field manager of every write the controller makes (the node agent has its own).

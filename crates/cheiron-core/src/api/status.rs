@@ -82,6 +82,10 @@ pub struct ManagerStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub credentials: Vec<CredentialStatus>,
+    /// Pulls a registry refused with this manager's credential in the last hour, as the
+    /// kubelets reported them (docs/credential-health.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_failures: Option<PullFailures>,
     /// How the manager stands in each workload cluster it selects (`spec.clusters`), by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 1000))]
@@ -169,6 +173,36 @@ pub struct CredentialStatus {
     /// Why the last refresh failed, while the credential is still valid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refresh_failing: Option<String>,
+}
+
+/// Pulls refused with a manager's credentials.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PullFailures {
+    /// Refused pulls attributed to the manager in the last hour.
+    pub count: i64,
+    /// The latest, newest first, at most 5.
+    #[serde(default)]
+    #[schemars(length(max = 5))]
+    pub recent: Vec<PullFailure>,
+}
+
+/// One pull a registry refused with a manager's credential.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PullFailure {
+    /// The Pod's namespace.
+    pub namespace: String,
+    /// The Pod.
+    pub pod: String,
+    /// The image, as the container names it.
+    pub image: String,
+    /// The manager's Secret the kubelet offered for it.
+    pub secret: String,
+    /// The Secret's registry key that matched the image.
+    pub registry: String,
+    /// When the kubelet first reported it.
+    pub since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 }
 
 /// The registries one Secret of a manager holds.

@@ -75,6 +75,7 @@
 
 pub mod attribute;
 pub mod classify;
+pub mod watch;
 
 pub use attribute::{Attribution, ManagedSecret, OfferedCredential, attribute, offered_key};
 pub use classify::{Failure, MAX_MESSAGE_BYTES, Refusal, classify};
