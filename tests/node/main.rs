@@ -10,6 +10,7 @@ use cheiron_harness as harness;
 const CHEIRON: harness::Cheiron = harness::cheiron!();
 
 mod cluster_manager;
+mod credential_health;
 mod negative_control;
 mod node_mode;
 mod short_lived;

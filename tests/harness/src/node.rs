@@ -658,6 +658,13 @@ impl NodeCluster {
         self.registry.check_running()
     }
 
+    /// The host controller's log file (none with [`Placement::InCluster`]).
+    pub fn controller_log(&self) -> Option<&Path> {
+        self._cheiron
+            .as_ref()
+            .map(|(_, controller)| controller.log())
+    }
+
     /// The last lines of the kubelet's log mentioning `needle`.
     pub fn kubelet_log_lines(&self, needle: &str, max: usize) -> String {
         let log = self.dir.join("kubelet.log");
@@ -723,8 +730,15 @@ impl NodeCluster {
         let (cheiron_processes, scheduler) = match placement {
             Placement::Host => (
                 Some(
-                    start_cheiron_on_host(cheiron, &client, &host, &certificates, &short_lived)
-                        .await?,
+                    start_cheiron_on_host(
+                        cheiron,
+                        &client,
+                        &host,
+                        &certificates,
+                        &short_lived,
+                        &registry,
+                    )
+                    .await?,
                 ),
                 None,
             ),
@@ -837,14 +851,22 @@ impl NodePki {
     }
 }
 
+/// Seconds between two registry checks of one credential in the host controller
+/// (`--registry-check-interval`, its least): the credential-health tests wait for a revoked
+/// password to be found by the periodic check.
+pub const REGISTRY_CHECK_INTERVAL_SECONDS: u64 = 10;
+
 /// Installs the CRDs, starts `cheiron webhook` (registered by URL) and `cheiron controller` on
-/// the host, the controller with the plugin [`SHORT_LIVED`] for the registry.
+/// the host, the controller with the plugin [`SHORT_LIVED`] for the registry, and registry
+/// checks (only of managers with `spec.verify: Registry`) trusting the registry's CA every
+/// [`REGISTRY_CHECK_INTERVAL_SECONDS`].
 async fn start_cheiron_on_host(
     cheiron: Cheiron,
     client: &Client,
     host: &Host,
     certificates: &WebhookCertificates,
     short_lived: &ShortLivedProvider,
+    registry: &Registry,
 ) -> Result<(WebhookProcess, CheironProcess)> {
     install_crds(cheiron, client).await?;
     let mut webhook = WebhookProcess::start(
@@ -866,12 +888,18 @@ async fn start_cheiron_on_host(
     register(client, &registration.configuration()).await?;
     let config = short_lived.config.display().to_string();
     let bin = short_lived.bin_dir.display().to_string();
+    let registry_ca = registry.ca_file.display().to_string();
+    let interval = REGISTRY_CHECK_INTERVAL_SECONDS.to_string();
     let mut args: Vec<&str> = SHARED_CONTROLLER_ARGS.to_vec();
     args.extend([
         "--credential-provider-config",
         &config,
         "--credential-provider-bin-dir",
         &bin,
+        "--registry-ca-file",
+        &registry_ca,
+        "--registry-check-interval",
+        &interval,
     ]);
     let controller = CheironProcess::controller_on(host, "controller", &args)?;
     controller
