@@ -27,6 +27,7 @@ mod materialise;
 mod metrics_tls;
 mod missing_secrets;
 mod node;
+mod pull_failures;
 mod pull_secret_registries;
 mod registry_keys;
 mod repair;

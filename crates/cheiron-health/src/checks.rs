@@ -305,6 +305,9 @@ impl Checks {
                 "registry check"
             );
             tracked.outcome = Some(outcome);
+            if same {
+                return;
+            }
             state
                 .managers
                 .iter()

@@ -241,6 +241,11 @@ async fn a_revoked_credential_is_found_by_the_periodic_check() {
         [CheckResult::Rejected]
     );
     assert_eq!(changed.lock().expect("changed").len(), 2);
+    // Checked again with the same result: no reconcile is asked for.
+    tokio::time::sleep(Duration::from_secs(70)).await;
+    settle().await;
+    assert_eq!(fake.calls(), 3);
+    assert_eq!(changed.lock().expect("changed").len(), 2);
 }
 
 #[tokio::test(start_paused = true)]
