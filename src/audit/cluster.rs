@@ -1,6 +1,7 @@
 //! `cheiron audit`'s reads: Pods and ServiceAccounts page by page (limit/continue), the
 //! Namespaces' metadata, the managers, the owners of Pods (ReplicaSets as metadata), and
-//! whether the webhook is registered. Secrets are never read.
+//! whether the webhook is registered; the managers' status for the pull findings. Secrets are
+//! never read.
 
 use std::collections::HashMap;
 
@@ -14,11 +15,11 @@ use serde::de::DeserializeOwned;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{Finding, Registration, Why, lacking, pod_fix, why_pod};
+use super::{Finding, Lacking, Registration, Why, lacking, pod_fix, pulls, why_pod};
 use crate::{
     admission::interpret,
-    explain::source::{SourceError, managers},
-    policy::{NamespaceMeta, SubjectKind},
+    explain::source::{SourceError, manager_objects},
+    policy::{NamespaceMeta, SubjectKind, live_managers},
 };
 
 /// Objects read per list request, unless `--page-size` says otherwise.
@@ -67,7 +68,9 @@ pub async fn audit(
     namespace: Option<&str>,
     page_size: u32,
 ) -> Result<Vec<Finding>, SourceError> {
-    let managers = managers(client).await?;
+    let (namespaced_managers, cluster_managers) = manager_objects(client).await?;
+    let managers = live_managers(&namespaced_managers, &cluster_managers).0;
+    let serving = pulls::serving(&namespaced_managers, &cluster_managers);
     let namespaces: HashMap<String, NamespaceMeta> = all(
         Api::<Namespace>::all(client.clone()),
         "Namespaces",
@@ -107,6 +110,44 @@ pub async fn audit(
     let mut owners = Owners::default();
     for p in all(api::<Pod>(client, namespace), "Pods", page_size).await? {
         let ns = p.namespace().unwrap_or_default();
+        for found in pulls::refused_pulls(&p, &serving) {
+            let (why, missing, fix) = match found.why {
+                pulls::PullWhy::Rejected => (
+                    Why::PullRejected,
+                    Vec::new(),
+                    format!(
+                        "rotate the credential {} writes to Secret {} (its source Secret or password), then kubectl delete pod {} -n {ns} so it pulls again",
+                        found.manager,
+                        found.pull.secret,
+                        p.name_any()
+                    ),
+                ),
+                pulls::PullWhy::NoCredential => (
+                    Why::NoCredential,
+                    vec![found.pull.secret.clone()],
+                    format!(
+                        "bring namespace {ns} into {}'s scope, or lift the Pod's or its ServiceAccount's opt-out (cheiron explain pod {} -n {ns} says which), then recreate the Pod",
+                        found.manager,
+                        p.name_any()
+                    ),
+                ),
+            };
+            findings.push(Finding {
+                kind: "Pod",
+                namespace: ns.clone(),
+                name: p.name_any(),
+                owner: owners.of(client, &p).await,
+                lacking: Lacking {
+                    wanted: Vec::new(),
+                    missing,
+                    managers: vec![found.manager.clone()],
+                },
+                why,
+                reason: why.words(),
+                fix,
+                pull: Some(found.pull),
+            });
+        }
         let object = interpret(&serde_json::to_value(&p)?, SubjectKind::Pod)?;
         let Some(lacks) = lacking(&object, &meta(&ns), &managers) else {
             continue;
@@ -131,6 +172,7 @@ pub async fn audit(
             lacking: lacks,
             why,
             reason: why.words(),
+            pull: None,
         });
     }
     for sa in all(
@@ -154,6 +196,7 @@ pub async fn audit(
             lacking: lacks,
             why: Why::NotBackfilled,
             reason: Why::NotBackfilled.words(),
+            pull: None,
         });
     }
     Ok(findings)

@@ -1,7 +1,8 @@
 //! `cheiron audit`: which Pods and ServiceAccounts lack the pull secrets policy says they
 //! should have, why, and what fixes them. The judgement ([`lacking`]) is pure and is the
 //! webhook's own decision ([`crate::policy::decide`]) applied to an object as it is now; the
-//! controller's `cheiron_audit_findings` gauge counts with the same function.
+//! controller's `cheiron_audit_findings` gauge counts with the same function. Pods whose pull
+//! a registry refused are findings too ([`pulls`]).
 
 use serde::Serialize;
 
@@ -47,6 +48,7 @@ pub fn lacking<'m>(
 
 pub mod cluster;
 pub mod gauge;
+pub mod pulls;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 /// Why an object lacks what policy wants.
@@ -65,6 +67,12 @@ pub enum Why {
     /// Admitted while the webhook did not answer (failurePolicy Ignore) or while the object
     /// or its namespace opted out.
     AdmittedWithoutWebhook,
+    /// The registry refused the credential of a manager's Secret the Pod holds
+    /// (docs/credential-health.md).
+    PullRejected,
+    /// A registry refused the Pod's pull, and a manager serves that registry, but the Pod holds
+    /// none of its Secrets.
+    NoCredential,
 }
 
 impl Why {
@@ -81,6 +89,10 @@ impl Why {
             }
             Why::AdmittedWithoutWebhook => {
                 "admitted while the webhook did not answer, or while the object or its namespace opted out"
+            }
+            Why::PullRejected => "the registry refused the credential cheiron distributes",
+            Why::NoCredential => {
+                "the registry refused a pull without cheiron's credential, which a manager serves for it"
             }
         }
     }
@@ -107,6 +119,9 @@ pub struct Finding {
     pub reason: &'static str,
     /// The command that fixes it.
     pub fix: String,
+    /// The refused pull, for `pullRejected` and `noCredential`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pull: Option<pulls::RefusedPull>,
 }
 
 /// Where cheiron's webhook stands in the cluster, as far as audit can see.

@@ -54,6 +54,20 @@ fn read(what: impl Into<String>) -> impl FnOnce(kube::Error) -> SourceError {
 /// Every live manager, compiled, oldest first, as the webhook holds them (managers being
 /// deleted and managers that do not compile are left out, as admission leaves them out).
 pub async fn managers(client: &Client) -> Result<Vec<Manager>, SourceError> {
+    let (namespaced, cluster) = manager_objects(client).await?;
+    Ok(live_managers(&namespaced, &cluster).0)
+}
+
+/// Every manager of both kinds, as stored (with its status).
+pub async fn manager_objects(
+    client: &Client,
+) -> Result<
+    (
+        Vec<ImagePullSecretManager>,
+        Vec<ClusterImagePullSecretManager>,
+    ),
+    SourceError,
+> {
     ensure_crds(client).await?;
     let namespaced = Api::<ImagePullSecretManager>::all(client.clone())
         .list(&ListParams::default())
@@ -63,7 +77,7 @@ pub async fn managers(client: &Client) -> Result<Vec<Manager>, SourceError> {
         .list(&ListParams::default())
         .await
         .map_err(read("ClusterImagePullSecretManagers"))?;
-    Ok(live_managers(&namespaced.items, &cluster.items).0)
+    Ok((namespaced.items, cluster.items))
 }
 
 /// The policy's view of namespace `name`, read as metadata.

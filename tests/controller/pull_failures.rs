@@ -3,6 +3,7 @@
 //! controller: the test writes what a kubelet writes when a registry answers 401 (the Pod's
 //! container waiting on `ErrImagePull`, and a `Failed` Event with the runtime's message), and
 //! the controller puts it in the manager's `status.pullFailures` with one `PullRejected` Event.
+//! `cheiron audit` reads the same refusals from the Pods (`pullRejected`, `noCredential`).
 //! The real kubelet's 401 is in tests/node (credential_health).
 
 use k8s_openapi::{
@@ -169,5 +170,101 @@ async fn a_pull_the_registry_refused_is_attributed_to_the_manager_whose_secret_t
         .filter(|e| e.reason.as_deref() == Some("PullRejected"))
         .count();
     assert_eq!(rejected, 1);
+    Ok(())
+}
+
+/// `cheiron audit -n NS -o json`, as a user with the admin kubeconfig runs it.
+async fn audit_json(s: &ControllerScenario, ns: &str) -> Result<(Option<i32>, serde_json::Value)> {
+    let kubeconfig = s.cluster()?.admin_kubeconfig().to_owned();
+    let ns = ns.to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_cheiron"))
+            .args(["audit", "-n", &ns, "-o", "json"])
+            .env("KUBECONFIG", kubeconfig)
+            .env("CHEIRON_LOG", "error")
+            .env_remove("CHEIRON_NAMESPACE")
+            .env_remove("CHEIRON_OUTPUT")
+            .output()
+    })
+    .await??;
+    let json = serde_json::from_slice(&out.stdout).map_err(|e| {
+        format!(
+            "audit printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    Ok((out.status.code(), json))
+}
+
+#[tokio::test]
+async fn audit_names_a_rejected_credential_and_a_pod_that_pulled_without_one() -> Result {
+    let s = ControllerScenario::new("pull-audit").await?;
+    let ns = s.create_target_namespace(&[], &[]).await?;
+    // Mode ServiceAccount: a Pod gets the Secret only through a ServiceAccount, so a Pod
+    // naming another ServiceAccount's Secrets (none here) pulls without it.
+    let manager = s
+        .apply(&s.cluster_manager(
+            "audited",
+            &format!(
+                "  secrets:\n    - name: audit-pull\n      registry: registry.example.com\n      username: bot\n      password: {PASSWORD}\n"
+            ),
+        ))
+        .await?;
+    s.until_status(&manager, "audit-pull written, its registry known", |st| {
+        st.pull_secrets.iter().any(|p| p.name == "audit-pull")
+    })
+    .await?;
+    let with = s
+        .create_pod(&ns, &pod("with-", &[], &["audit-pull"], &[]))
+        .await?;
+    let without = s
+        .create_pod(&ns, &pod("without-", &[], &["someone-elses"], &[]))
+        .await?;
+    let running = s
+        .create_pod(&ns, &pod("running-", &[], &["audit-pull"], &[]))
+        .await?;
+    for p in [&with, &without] {
+        kubelet_reports_a_refused_pull(&s, &ns, p, true).await?;
+    }
+    let _ = running;
+
+    let (code, json) = audit_json(&s, &ns).await?;
+    assert_eq!(code, Some(1), "{json}");
+    let findings: Vec<&serde_json::Value> = json
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["pull"].is_object())
+        .collect();
+    let by_pod = |name: String| {
+        findings
+            .iter()
+            .find(|f| f["name"] == name.as_str())
+            .copied()
+    };
+    let rejected = by_pod(with.name_any())
+        .ok_or(format!("no pull finding for {}: {json}", with.name_any()))?;
+    assert_eq!(rejected["why"], "pullRejected");
+    assert_eq!(rejected["pull"]["secret"], "audit-pull");
+    assert_eq!(rejected["pull"]["registry"], "registry.example.com");
+    assert_eq!(rejected["pull"]["image"], IMAGE);
+    assert!(
+        rejected["fix"]
+            .as_str()
+            .is_some_and(|f| f.contains("rotate")),
+        "{rejected}"
+    );
+    let no_credential = by_pod(without.name_any()).ok_or(format!(
+        "no pull finding for {}: {json}",
+        without.name_any()
+    ))?;
+    assert_eq!(no_credential["why"], "noCredential");
+    assert_eq!(no_credential["missing"], serde_json::json!(["audit-pull"]));
+    assert_eq!(
+        findings.len(),
+        2,
+        "the running Pod is no pull finding: {json}"
+    );
+    assert!(!json.to_string().contains(PASSWORD));
     Ok(())
 }

@@ -34,6 +34,10 @@ const CHECKED_WITHIN: Duration = Duration::from_secs(20);
 /// registry's refusal is due at most 11 s after the last check; the rest is headroom.
 const RECHECKED_WITHIN: Duration =
     Duration::from_secs(REGISTRY_CHECK_INTERVAL_SECONDS * 11 / 10 + 29);
+/// The kubelet's Failed Event and the Pod's waiting status are written as the pull fails; the
+/// controller reads them from its watch and writes the manager's status in its next
+/// reconcile. Seconds; the rest is headroom.
+const PULL_ATTRIBUTED_WITHIN: Duration = Duration::from_secs(30);
 /// How long an unreachable registry is watched, once Unreachable, for a rejection that must
 /// not come: past its first retry (the interval, as it is below the first backoff step).
 const NEVER_REJECTED_FOR: Duration = Duration::from_secs(REGISTRY_CHECK_INTERVAL_SECONDS + 3);
@@ -322,7 +326,8 @@ async fn a_wrong_password_is_rejected_before_any_pod_is_created() -> Result {
 
 /// An accepted credential whose password the registry revokes, the source untouched: the
 /// periodic check finds the refusal within the interval (plus its spread and headroom), and the
-/// kubelet, pulling with the same credential from cheiron's copy, gets 401.
+/// kubelet, pulling with the same credential from cheiron's copy, gets 401, and that 401 is
+/// attributed to the manager, its Secret and registry.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_revoked_password_is_found_by_the_periodic_check() -> Result {
     let t = NodeTest::new("health-revoked").await?;
@@ -375,13 +380,48 @@ async fn a_revoked_password_is_found_by_the_periodic_check() -> Result {
     t.until_secret_holds(&ns, TARGET_SECRET, &user, &password)
         .await?;
     match t.run_pod(&ns, "after-revocation", &[]).await? {
-        PodOutcome::PullFailed(message) if message.contains("401 Unauthorized") => Ok(()),
-        other => Err(format!(
-            "a Pod pulling with the revoked credential should get 401: {other:?}\n{}",
-            t.node.kubelet_log_lines("after-revocation", 20)
-        )
-        .into()),
+        PodOutcome::PullFailed(message) if message.contains("401 Unauthorized") => {}
+        other => {
+            return Err(format!(
+                "a Pod pulling with the revoked credential should get 401: {other:?}\n{}",
+                t.node.kubelet_log_lines("after-revocation", 20)
+            )
+            .into());
+        }
     }
+
+    // The kubelet's 401 is attributed to this manager and its Secret (docs/credential-health.md,
+    // "Pull failures"): the real kubelet's Event and the Pod's waiting status, read by the
+    // controller.
+    let (failure, took) = until_status(
+        &t,
+        &manager,
+        "the Pod's refused pull in status.pullFailures",
+        PULL_ATTRIBUTED_WITHIN,
+        |status| match status.pull_failures.as_ref().and_then(|f| {
+            f.recent
+                .iter()
+                .find(|r| r.namespace == ns && r.pod == "after-revocation")
+        }) {
+            Some(found) => Seen::Done(found.clone()),
+            None => Seen::NotYet(format!("{:?}", status.pull_failures)),
+        },
+    )
+    .await?;
+    eprintln!("timing: the kubelet's 401 attributed {took:?} after the Pod's pull failed");
+    assert_eq!(
+        (failure.secret.as_str(), failure.registry.as_str()),
+        (TARGET_SECRET, registry.as_str()),
+        "{failure:?}"
+    );
+    let event = until_event(&t, &manager, "PullRejected").await?;
+    assert_eq!(event.type_.as_deref(), Some("Warning"), "{event:?}");
+    holds_no_password(
+        "the PullRejected Event",
+        event.note.as_deref().unwrap_or_default(),
+        &[&password],
+    )?;
+    Ok(())
 }
 
 /// A registry key naming a host:port where nothing listens: the check has no answer, so the

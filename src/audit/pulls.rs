@@ -1,0 +1,287 @@
+//! `cheiron audit`'s pull findings (docs/credential-health.md, "Audit"): Pods whose pull a
+//! registry refused, read from the Pod's own status (the kubelet's `ErrImagePull` or
+//! `ImagePullBackOff` and its message), judged against the registries the managers serve
+//! (their `status.pullSecrets`):
+//!
+//! - `pullRejected`: the Pod holds a manager's Secret that the kubelet offers for the image, and
+//!   the registry refused it: the credential is wrong, revoked or expired;
+//! - `noCredential`: a manager serves the image's registry, but the Pod holds none of its
+//!   Secrets: it pulled without cheiron's credential (its namespace is out of the manager's
+//!   scope, it or its ServiceAccount opted out, or it was admitted before).
+//!
+//! Pure: the caller lists the Pods and the managers. Secrets are never read.
+
+use k8s_openapi::api::core::v1::Pod;
+use serde::Serialize;
+
+use crate::{
+    api::{ClusterImagePullSecretManager, ImagePullSecretManager, Mode, PullSecretRegistries},
+    health::pulls::{classify, offered_key},
+    registry::ImageRef,
+};
+
+/// What a manager's Secrets hold, for the pull findings.
+#[derive(Clone, Debug)]
+pub struct Serving {
+    /// `Kind ns/name` or `Kind name`.
+    pub manager: String,
+    /// A namespaced manager's namespace: it serves only there.
+    pub namespace: Option<String>,
+    /// Its Secrets and their registry keys (`status.pullSecrets`).
+    pub secrets: Vec<PullSecretRegistries>,
+}
+
+/// The managers whose Secrets Pods pull with (mode Node managers give their credentials to
+/// the kubelet, not to Pods).
+pub fn serving(
+    namespaced: &[ImagePullSecretManager],
+    cluster: &[ClusterImagePullSecretManager],
+) -> Vec<Serving> {
+    let namespaced = namespaced.iter().map(|m| Serving {
+        manager: format!(
+            "ImagePullSecretManager {}/{}",
+            m.metadata.namespace.clone().unwrap_or_default(),
+            m.metadata.name.clone().unwrap_or_default()
+        ),
+        namespace: m.metadata.namespace.clone(),
+        secrets: m
+            .status
+            .as_ref()
+            .map(|s| s.pull_secrets.clone())
+            .unwrap_or_default(),
+    });
+    let cluster = cluster
+        .iter()
+        .filter(|m| m.spec.mode != Mode::Node)
+        .map(|m| Serving {
+            manager: format!(
+                "ClusterImagePullSecretManager {}",
+                m.metadata.name.clone().unwrap_or_default()
+            ),
+            namespace: None,
+            secrets: m
+                .status
+                .as_ref()
+                .map(|s| s.pull_secrets.clone())
+                .unwrap_or_default(),
+        });
+    namespaced.chain(cluster).collect()
+}
+
+/// Why a Pod's pull is a finding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PullWhy {
+    /// The registry refused the manager's credential the Pod holds.
+    Rejected,
+    /// The Pod holds no Secret of a manager that serves the registry.
+    NoCredential,
+}
+
+/// A refused pull of one image of a Pod.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefusedPull {
+    /// The image, as the container names it.
+    pub image: String,
+    /// The registry key of the manager's Secret that matches the image.
+    pub registry: String,
+    /// The manager's Secret: the one the Pod holds (`pullRejected`), or the one it lacks
+    /// (`noCredential`).
+    pub secret: String,
+}
+
+/// One pull finding of a Pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PullFinding {
+    /// Rejected, or no credential.
+    pub why: PullWhy,
+    /// The manager behind the Secret.
+    pub manager: String,
+    /// The pull.
+    pub pull: RefusedPull,
+}
+
+/// The pull findings of `pod`: one per refused image that a manager of `serving` concerns.
+pub fn refused_pulls(pod: &Pod, serving: &[Serving]) -> Vec<PullFinding> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    let held: Vec<&str> = spec
+        .image_pull_secrets
+        .iter()
+        .flatten()
+        .map(|r| r.name.as_str())
+        .collect();
+    let images: Vec<(&str, &str)> = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .filter_map(|c| Some((c.name.as_str(), c.image.as_deref()?)))
+        .collect();
+    let statuses = pod.status.iter().flat_map(|s| {
+        s.container_statuses
+            .iter()
+            .flatten()
+            .chain(s.init_container_statuses.iter().flatten())
+    });
+    let mut findings = Vec::new();
+    for status in statuses {
+        let Some(waiting) = status.state.as_ref().and_then(|s| s.waiting.as_ref()) else {
+            continue;
+        };
+        if !matches!(
+            waiting.reason.as_deref(),
+            Some("ErrImagePull" | "ImagePullBackOff")
+        ) {
+            continue;
+        }
+        let Some((_, image)) = images.iter().find(|(name, _)| *name == status.name) else {
+            continue;
+        };
+        // The kubelet's status message is the runtime's error, the part after the image in its
+        // `Failed to pull image` Event.
+        let message = format!(
+            "Failed to pull image \"{image}\": {}",
+            waiting.message.as_deref().unwrap_or_default()
+        );
+        if classify(&message).is_none() {
+            continue;
+        }
+        let Ok(image_ref) = ImageRef::parse(image) else {
+            continue;
+        };
+        let mut offered: Vec<(&Serving, &PullSecretRegistries, &str)> = Vec::new();
+        for manager in serving
+            .iter()
+            .filter(|m| m.namespace.as_deref().is_none_or(|ns| ns == namespace))
+        {
+            for secret in &manager.secrets {
+                if let Some(key) = offered_key(&secret.registries, &image_ref) {
+                    offered.push((manager, secret, key));
+                }
+            }
+        }
+        let rejected = offered
+            .iter()
+            .find(|(_, secret, _)| held.contains(&secret.name.as_str()));
+        let (why, (manager, secret, key)) = match (rejected, offered.first()) {
+            (Some(found), _) => (PullWhy::Rejected, found),
+            (None, Some(first)) => (PullWhy::NoCredential, first),
+            (None, None) => continue,
+        };
+        findings.push(PullFinding {
+            why,
+            manager: manager.manager.clone(),
+            pull: RefusedPull {
+                image: (*image).to_owned(),
+                registry: (*key).to_owned(),
+                secret: secret.name.clone(),
+            },
+        });
+    }
+    findings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(pull_secrets: &[&str], reason: &str, message: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "app-1", "namespace": "team"},
+            "spec": {
+                "containers": [{"name": "app", "image": "registry.example.com/team/app:1"}],
+                "imagePullSecrets": pull_secrets.iter().map(|n| serde_json::json!({"name": n})).collect::<Vec<_>>(),
+            },
+            "status": {"containerStatuses": [{
+                "name": "app", "image": "registry.example.com/team/app:1", "imageID": "",
+                "ready": false, "restartCount": 0,
+                "state": {"waiting": {"reason": reason, "message": message}},
+            }]},
+        }))
+        .expect("a Pod")
+    }
+
+    fn serving(namespace: Option<&str>) -> Vec<Serving> {
+        vec![Serving {
+            manager: "ClusterImagePullSecretManager pulls".to_owned(),
+            namespace: namespace.map(str::to_owned),
+            secrets: vec![
+                PullSecretRegistries {
+                    name: "quay-pull".to_owned(),
+                    registries: vec!["quay.io".to_owned()],
+                },
+                PullSecretRegistries {
+                    name: "team-pull".to_owned(),
+                    registries: vec!["registry.example.com".to_owned()],
+                },
+            ],
+        }]
+    }
+
+    const REFUSED: &str = "failed to pull and unpack image \"registry.example.com/team/app:1\": failed to resolve reference \"registry.example.com/team/app:1\": unexpected status from HEAD request to https://registry.example.com/v2/team/app/manifests/1: 401 Unauthorized";
+
+    #[test]
+    fn a_refused_pull_with_the_managers_secret_is_rejected_and_without_it_no_credential() {
+        let rejected = refused_pulls(
+            &pod(&["team-pull"], "ErrImagePull", REFUSED),
+            &serving(None),
+        );
+        assert_eq!(
+            rejected,
+            [PullFinding {
+                why: PullWhy::Rejected,
+                manager: "ClusterImagePullSecretManager pulls".to_owned(),
+                pull: RefusedPull {
+                    image: "registry.example.com/team/app:1".to_owned(),
+                    registry: "registry.example.com".to_owned(),
+                    secret: "team-pull".to_owned(),
+                },
+            }]
+        );
+        let without = refused_pulls(
+            &pod(&["other"], "ImagePullBackOff", REFUSED),
+            &serving(None),
+        );
+        assert_eq!(without.len(), 1);
+        assert_eq!(without[0].why, PullWhy::NoCredential);
+        assert_eq!(without[0].pull.secret, "team-pull");
+    }
+
+    #[test]
+    fn only_refusals_of_a_registry_a_manager_serves_in_the_pods_namespace_count() {
+        let not_found = "failed to resolve reference \"registry.example.com/team/app:1\": registry.example.com/team/app:1: not found";
+        assert!(
+            refused_pulls(
+                &pod(&["team-pull"], "ErrImagePull", not_found),
+                &serving(None)
+            )
+            .is_empty()
+        );
+        assert!(
+            refused_pulls(
+                &pod(&["team-pull"], "ContainerCreating", REFUSED),
+                &serving(None)
+            )
+            .is_empty()
+        );
+        assert!(
+            refused_pulls(
+                &pod(&[], "ErrImagePull", REFUSED),
+                &serving(Some("elsewhere"))
+            )
+            .is_empty(),
+            "a namespaced manager serves only its namespace"
+        );
+        assert_eq!(
+            refused_pulls(&pod(&[], "ErrImagePull", REFUSED), &serving(Some("team"))).len(),
+            1
+        );
+        let unserved = vec![Serving {
+            secrets: vec![serving(None)[0].secrets[0].clone()],
+            ..serving(None)[0].clone()
+        }];
+        assert!(refused_pulls(&pod(&[], "ErrImagePull", REFUSED), &unserved).is_empty());
+    }
+}
