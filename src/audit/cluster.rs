@@ -67,7 +67,7 @@ pub async fn audit(
     client: &Client,
     namespace: Option<&str>,
     page_size: u32,
-) -> Result<Vec<Finding>, SourceError> {
+) -> Result<Audit, SourceError> {
     let (namespaced_managers, cluster_managers) = manager_objects(client).await?;
     let managers = live_managers(&namespaced_managers, &cluster_managers).0;
     let serving = pulls::serving(&namespaced_managers, &cluster_managers);
@@ -199,7 +199,19 @@ pub async fn audit(
             pull: None,
         });
     }
-    Ok(findings)
+    Ok(Audit {
+        findings,
+        docker_hub: pulls::docker_hub_allowances(&namespaced_managers, &cluster_managers),
+    })
+}
+
+/// What `cheiron audit` found.
+pub struct Audit {
+    /// The findings.
+    pub findings: Vec<Finding>,
+    /// The credentials Docker Hub pulls count against, with their allowance
+    /// ([`pulls::docker_hub_allowances`]).
+    pub docker_hub: Vec<String>,
 }
 
 /// The workloads owning Pods, with each ReplicaSet read once (as metadata).

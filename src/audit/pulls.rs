@@ -68,6 +68,46 @@ pub fn serving(
     namespaced.chain(cluster).collect()
 }
 
+/// The credentials Docker Hub pulls are counted against: each manager's Secret whose Docker
+/// Hub key the registry check read an allowance for (`status.credentials[].pullAllowance`), as
+/// `Kind name: Secret S (76 of 100 pulls left per 6h)`.
+pub fn docker_hub_allowances(
+    namespaced: &[ImagePullSecretManager],
+    cluster: &[ClusterImagePullSecretManager],
+) -> Vec<String> {
+    let namespaced = namespaced.iter().map(|m| {
+        (
+            format!(
+                "ImagePullSecretManager {}/{}",
+                m.metadata.namespace.clone().unwrap_or_default(),
+                m.metadata.name.clone().unwrap_or_default()
+            ),
+            m.status.as_ref(),
+        )
+    });
+    let cluster = cluster.iter().map(|m| {
+        (
+            format!(
+                "ClusterImagePullSecretManager {}",
+                m.metadata.name.clone().unwrap_or_default()
+            ),
+            m.status.as_ref(),
+        )
+    });
+    namespaced
+        .chain(cluster)
+        .flat_map(|(manager, status)| {
+            status
+                .into_iter()
+                .flat_map(|s| s.credentials.iter())
+                .filter_map(move |c| {
+                    let allowance = c.pull_allowance.as_ref()?;
+                    Some(format!("{manager}: Secret {} ({allowance})", c.name))
+                })
+        })
+        .collect()
+}
+
 /// Why a Pod's pull is a finding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PullWhy {
@@ -247,6 +287,26 @@ mod tests {
         assert_eq!(without.len(), 1);
         assert_eq!(without[0].why, PullWhy::NoCredential);
         assert_eq!(without[0].pull.secret, "team-pull");
+    }
+
+    #[test]
+    fn docker_hub_allowances_name_the_manager_and_secret_never_a_credential() {
+        let manager: ClusterImagePullSecretManager = serde_json::from_value(serde_json::json!({
+            "apiVersion": "cheiron.anny.co/v1alpha1",
+            "kind": "ClusterImagePullSecretManager",
+            "metadata": {"name": "hub"},
+            "spec": {"secrets": [{"existingSecretRef": {"name": "hub", "namespace": "cheiron"}}]},
+            "status": {"failures": [], "pullSecrets": [], "credentials": [
+                {"name": "dockerhub", "registry": "https://index.docker.io/v1/", "result": "Accepted",
+                 "pullAllowance": "76 of 100 pulls left per 6h", "pullsRemaining": 76, "pullsLimit": 100},
+                {"name": "ghcr", "registry": "ghcr.io", "result": "Accepted"},
+            ]},
+        }))
+        .expect("a manager");
+        assert_eq!(
+            docker_hub_allowances(&[], &[manager]),
+            ["ClusterImagePullSecretManager hub: Secret dockerhub (76 of 100 pulls left per 6h)"]
+        );
     }
 
     #[test]

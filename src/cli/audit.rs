@@ -10,7 +10,10 @@ use super::{
     explain::{ReportFormat, client},
 };
 use crate::{
-    audit::{Finding, cluster::audit},
+    audit::{
+        Finding,
+        cluster::{Audit, audit},
+    },
     explain::render::table,
 };
 
@@ -56,10 +59,22 @@ impl AuditArgs {
         )
         .await?;
         let scope = (!all_namespaces).then(|| namespace.unwrap_or(default_namespace));
-        let findings = audit(&client, scope.as_deref(), page_size).await?;
+        let Audit {
+            findings,
+            docker_hub,
+        } = audit(&client, scope.as_deref(), page_size).await?;
         match output {
             ReportFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&findings)?)?,
-            ReportFormat::Text => write!(out, "{}", text(&findings))?,
+            ReportFormat::Text => {
+                write!(out, "{}", text(&findings))?;
+                if !docker_hub.is_empty() {
+                    // Where Docker Hub's pull allowance is spent (docs/credential-health.md).
+                    writeln!(out, "\nDocker Hub pulls count against:")?;
+                    for line in &docker_hub {
+                        writeln!(out, "  {line}")?;
+                    }
+                }
+            }
         }
         Ok(!findings.is_empty())
     }
