@@ -15,7 +15,10 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
 use crate::{
-    api::{ClusterImagePullSecretManager, ImagePullSecretManager, Mode, PullSecretRegistries},
+    api::{
+        ClusterImagePullSecretManager, ImagePullSecretManager, ManagerStatus, Mode,
+        PullSecretRegistries,
+    },
     health::pulls::{classify, offered_key},
     registry::ImageRef,
 };
@@ -31,41 +34,52 @@ pub struct Serving {
     pub secrets: Vec<PullSecretRegistries>,
 }
 
+/// Each manager as findings name it (`Kind ns/name` or `Kind name`), its namespace (namespaced
+/// managers), its mode and its status.
+fn described<'a>(
+    namespaced: &'a [ImagePullSecretManager],
+    cluster: &'a [ClusterImagePullSecretManager],
+) -> impl Iterator<Item = (String, Option<String>, Mode, Option<&'a ManagerStatus>)> {
+    let name = |m: &kube::core::ObjectMeta| m.name.clone().unwrap_or_default();
+    namespaced
+        .iter()
+        .map(move |m| {
+            let ns = m.metadata.namespace.clone();
+            (
+                format!(
+                    "ImagePullSecretManager {}/{}",
+                    ns.clone().unwrap_or_default(),
+                    name(&m.metadata)
+                ),
+                ns,
+                m.spec.mode,
+                m.status.as_ref(),
+            )
+        })
+        .chain(cluster.iter().map(move |m| {
+            (
+                format!("ClusterImagePullSecretManager {}", name(&m.metadata)),
+                None,
+                m.spec.mode,
+                m.status.as_ref(),
+            )
+        }))
+}
+
 /// The managers whose Secrets Pods pull with (mode Node managers give their credentials to
 /// the kubelet, not to Pods).
 pub fn serving(
     namespaced: &[ImagePullSecretManager],
     cluster: &[ClusterImagePullSecretManager],
 ) -> Vec<Serving> {
-    let namespaced = namespaced.iter().map(|m| Serving {
-        manager: format!(
-            "ImagePullSecretManager {}/{}",
-            m.metadata.namespace.clone().unwrap_or_default(),
-            m.metadata.name.clone().unwrap_or_default()
-        ),
-        namespace: m.metadata.namespace.clone(),
-        secrets: m
-            .status
-            .as_ref()
-            .map(|s| s.pull_secrets.clone())
-            .unwrap_or_default(),
-    });
-    let cluster = cluster
-        .iter()
-        .filter(|m| m.spec.mode != Mode::Node)
-        .map(|m| Serving {
-            manager: format!(
-                "ClusterImagePullSecretManager {}",
-                m.metadata.name.clone().unwrap_or_default()
-            ),
-            namespace: None,
-            secrets: m
-                .status
-                .as_ref()
-                .map(|s| s.pull_secrets.clone())
-                .unwrap_or_default(),
-        });
-    namespaced.chain(cluster).collect()
+    described(namespaced, cluster)
+        .filter(|(_, _, mode, _)| *mode != Mode::Node)
+        .map(|(manager, namespace, _, status)| Serving {
+            manager,
+            namespace,
+            secrets: status.map(|s| s.pull_secrets.clone()).unwrap_or_default(),
+        })
+        .collect()
 }
 
 /// The credentials Docker Hub pulls are counted against: each manager's Secret whose Docker
@@ -75,28 +89,8 @@ pub fn docker_hub_allowances(
     namespaced: &[ImagePullSecretManager],
     cluster: &[ClusterImagePullSecretManager],
 ) -> Vec<String> {
-    let namespaced = namespaced.iter().map(|m| {
-        (
-            format!(
-                "ImagePullSecretManager {}/{}",
-                m.metadata.namespace.clone().unwrap_or_default(),
-                m.metadata.name.clone().unwrap_or_default()
-            ),
-            m.status.as_ref(),
-        )
-    });
-    let cluster = cluster.iter().map(|m| {
-        (
-            format!(
-                "ClusterImagePullSecretManager {}",
-                m.metadata.name.clone().unwrap_or_default()
-            ),
-            m.status.as_ref(),
-        )
-    });
-    namespaced
-        .chain(cluster)
-        .flat_map(|(manager, status)| {
+    described(namespaced, cluster)
+        .flat_map(|(manager, _, _, status)| {
             status
                 .into_iter()
                 .flat_map(|s| s.credentials.iter())

@@ -18,6 +18,7 @@ use kube::{
 use serde_json::json;
 
 use crate::{
+    CHEIRON,
     harness::{Result, pod},
     scenario::{ControllerScenario, ready},
 };
@@ -173,29 +174,6 @@ async fn a_pull_the_registry_refused_is_attributed_to_the_manager_whose_secret_t
     Ok(())
 }
 
-/// `cheiron audit -n NS -o json`, as a user with the admin kubeconfig runs it.
-async fn audit_json(s: &ControllerScenario, ns: &str) -> Result<(Option<i32>, serde_json::Value)> {
-    let kubeconfig = s.cluster()?.admin_kubeconfig().to_owned();
-    let ns = ns.to_owned();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_cheiron"))
-            .args(["audit", "-n", &ns, "-o", "json"])
-            .env("KUBECONFIG", kubeconfig)
-            .env("CHEIRON_LOG", "error")
-            .env_remove("CHEIRON_NAMESPACE")
-            .env_remove("CHEIRON_OUTPUT")
-            .output()
-    })
-    .await??;
-    let json = serde_json::from_slice(&out.stdout).map_err(|e| {
-        format!(
-            "audit printed no JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })?;
-    Ok((out.status.code(), json))
-}
-
 #[tokio::test]
 async fn audit_names_a_rejected_credential_and_a_pod_that_pulled_without_one() -> Result {
     let s = ControllerScenario::new("pull-audit").await?;
@@ -228,14 +206,12 @@ async fn audit_names_a_rejected_credential_and_a_pod_that_pulled_without_one() -
     }
     let _ = running;
 
-    let (code, json) = audit_json(&s, &ns).await?;
+    let (code, all) = CHEIRON
+        .audit_json(s.cluster()?.admin_kubeconfig(), &ns)
+        .await?;
+    let json = serde_json::Value::Array(all.clone());
     assert_eq!(code, Some(1), "{json}");
-    let findings: Vec<&serde_json::Value> = json
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|f| f["pull"].is_object())
-        .collect();
+    let findings: Vec<&serde_json::Value> = all.iter().filter(|f| f["pull"].is_object()).collect();
     let by_pod = |name: String| {
         findings
             .iter()

@@ -10,19 +10,7 @@ use crate::{
 };
 
 async fn audit(s: &Scenario, args: &[&str]) -> Result<std::process::Output> {
-    let kubeconfig = s.cluster()?.admin_kubeconfig().to_owned();
-    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    Ok(tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_cheiron"))
-            .arg("audit")
-            .args(&args)
-            .env("KUBECONFIG", kubeconfig)
-            .env("CHEIRON_LOG", "error")
-            .env_remove("CHEIRON_NAMESPACE")
-            .env_remove("CHEIRON_OUTPUT")
-            .output()
-    })
-    .await??)
+    CHEIRON.audit(s.cluster()?.admin_kubeconfig(), args).await
 }
 
 #[tokio::test]

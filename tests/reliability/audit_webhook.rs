@@ -10,34 +10,16 @@ use kube::ResourceExt;
 use serde_json::Value;
 
 use crate::{
+    CHEIRON,
     fault_cluster::{FaultCluster, serial},
     harness::{Admitted, ControlPlaneOptions, Result, pod},
 };
 
 /// `cheiron audit -n NS -o json` as `admin` of `cluster`: exit code and findings.
 async fn audit(cluster: &FaultCluster, ns: &str) -> Result<(Option<i32>, Vec<Value>)> {
-    let kubeconfig = cluster.control_plane.admin_kubeconfig.clone();
-    let ns = ns.to_owned();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_cheiron"))
-            .args(["audit", "-n", &ns, "-o", "json"])
-            .env("KUBECONFIG", kubeconfig)
-            .env("CHEIRON_LOG", "error")
-            .env_remove("CHEIRON_NAMESPACE")
-            .env_remove("CHEIRON_OUTPUT")
-            .output()
-    })
-    .await??;
-    let findings: Value = serde_json::from_slice(&out.stdout).map_err(|e| {
-        format!(
-            "audit printed no JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })?;
-    Ok((
-        out.status.code(),
-        findings.as_array().cloned().unwrap_or_default(),
-    ))
+    CHEIRON
+        .audit_json(&cluster.control_plane.admin_kubeconfig, ns)
+        .await
 }
 
 fn finding<'a>(findings: &'a [Value], name: &str) -> Result<&'a Value> {

@@ -317,17 +317,7 @@ impl Checks {
         };
         // The check time changes every time; the managers read it in their next reconcile,
         // asked for at once only when the result itself changed or was new.
-        let callback = self
-            .inner
-            .on_change
-            .lock()
-            .map(|c| c.clone())
-            .unwrap_or_else(|poisoned| poisoned.into_inner().clone());
-        if let Some(callback) = callback {
-            for id in &changed {
-                callback(id);
-            }
-        }
+        self.notify(&changed);
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -635,6 +625,12 @@ impl Checks {
             }
             warn
         };
+        self.notify(std::slice::from_ref(manager));
+        warn
+    }
+
+    /// Asks for the reconcile of `managers` through the callback the controller gave.
+    fn notify(&self, managers: &[ManagerId]) {
         let callback = self
             .inner
             .on_change
@@ -642,9 +638,10 @@ impl Checks {
             .map(|c| c.clone())
             .unwrap_or_else(|poisoned| poisoned.into_inner().clone());
         if let Some(callback) = callback {
-            callback(manager);
+            for id in managers {
+                callback(id);
+            }
         }
-        warn
     }
 
     /// The manager's refused pulls within the window, newest first; `None` when there are none.

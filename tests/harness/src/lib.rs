@@ -65,6 +65,51 @@ pub struct Cheiron {
     pub fake_credential_provider: &'static str,
 }
 
+impl Cheiron {
+    /// `cheiron audit ARGS...` as the user of `kubeconfig`, with no namespace or output format
+    /// from the environment; its exit status and output.
+    pub async fn audit(
+        &self,
+        kubeconfig: &std::path::Path,
+        args: &[&str],
+    ) -> Result<std::process::Output> {
+        let (binary, kubeconfig) = (self.binary, kubeconfig.to_owned());
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        Ok(tokio::task::spawn_blocking(move || {
+            std::process::Command::new(binary)
+                .arg("audit")
+                .args(&args)
+                .env("KUBECONFIG", kubeconfig)
+                .env("CHEIRON_LOG", "error")
+                .env_remove("CHEIRON_NAMESPACE")
+                .env_remove("CHEIRON_OUTPUT")
+                .output()
+        })
+        .await??)
+    }
+
+    /// `cheiron audit -n NS -o json`: its exit code and the findings.
+    pub async fn audit_json(
+        &self,
+        kubeconfig: &std::path::Path,
+        namespace: &str,
+    ) -> Result<(Option<i32>, Vec<serde_json::Value>)> {
+        let out = self
+            .audit(kubeconfig, &["-n", namespace, "-o", "json"])
+            .await?;
+        let findings: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| {
+            format!(
+                "audit printed no JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })?;
+        Ok((
+            out.status.code(),
+            findings.as_array().cloned().unwrap_or_default(),
+        ))
+    }
+}
+
 /// The [`Cheiron`] of the test crate this expands in:
 /// `const CHEIRON: cheiron_harness::Cheiron = cheiron_harness::cheiron!();`
 #[macro_export]
