@@ -110,7 +110,7 @@ pub async fn audit(
     let mut owners = Owners::default();
     for p in all(api::<Pod>(client, namespace), "Pods", page_size).await? {
         let ns = p.namespace().unwrap_or_default();
-        for found in pulls::refused_pulls(&p, &serving) {
+        for found in pulls::refused_pulls(&p, &meta(&ns), &serving) {
             let (why, missing, fix) = match found.why {
                 pulls::PullWhy::Rejected => (
                     Why::PullRejected,
@@ -122,13 +122,21 @@ pub async fn audit(
                         p.name_any()
                     ),
                 ),
+                pulls::PullWhy::NoCredential if found.in_scope => (
+                    Why::NoCredential,
+                    vec![found.pull.secret.clone()],
+                    format!(
+                        "lift the Pod's or its ServiceAccount's opt-out from {}, or the selector that leaves it out (cheiron explain pod {} -n {ns} says which), then recreate the Pod",
+                        found.manager,
+                        p.name_any()
+                    ),
+                ),
                 pulls::PullWhy::NoCredential => (
                     Why::NoCredential,
                     vec![found.pull.secret.clone()],
                     format!(
-                        "bring namespace {ns} into {}'s scope, or lift the Pod's or its ServiceAccount's opt-out (cheiron explain pod {} -n {ns} says which), then recreate the Pod",
+                        "bring namespace {ns} into {}'s scope, then recreate the Pod",
                         found.manager,
-                        p.name_any()
                     ),
                 ),
             };

@@ -20,6 +20,7 @@ use crate::{
         PullSecretRegistries,
     },
     health::pulls::{classify, offered_key},
+    policy::{Manager, NamespaceMeta, Scope},
     registry::ImageRef,
 };
 
@@ -30,16 +31,27 @@ pub struct Serving {
     pub manager: String,
     /// A namespaced manager's namespace: it serves only there.
     pub namespace: Option<String>,
+    /// The namespaces it acts on (`None` for a manager that does not compile, which acts on
+    /// none).
+    pub scope: Option<Scope>,
     /// Its Secrets and their registry keys (`status.pullSecrets`).
     pub secrets: Vec<PullSecretRegistries>,
 }
 
 /// Each manager as findings name it (`Kind ns/name` or `Kind name`), its namespace (namespaced
-/// managers), its mode and its status.
+/// managers), its mode, its scope (when it compiles) and its status.
 fn described<'a>(
     namespaced: &'a [ImagePullSecretManager],
     cluster: &'a [ClusterImagePullSecretManager],
-) -> impl Iterator<Item = (String, Option<String>, Mode, Option<&'a ManagerStatus>)> {
+) -> impl Iterator<
+    Item = (
+        String,
+        Option<String>,
+        Mode,
+        Option<Scope>,
+        Option<&'a ManagerStatus>,
+    ),
+> {
     let name = |m: &kube::core::ObjectMeta| m.name.clone().unwrap_or_default();
     namespaced
         .iter()
@@ -53,6 +65,7 @@ fn described<'a>(
                 ),
                 ns,
                 m.spec.mode,
+                Manager::from_namespaced(m).ok().map(|c| c.scope),
                 m.status.as_ref(),
             )
         })
@@ -61,6 +74,7 @@ fn described<'a>(
                 format!("ClusterImagePullSecretManager {}", name(&m.metadata)),
                 None,
                 m.spec.mode,
+                Manager::from_cluster(m).ok().map(|c| c.scope),
                 m.status.as_ref(),
             )
         }))
@@ -73,10 +87,11 @@ pub fn serving(
     cluster: &[ClusterImagePullSecretManager],
 ) -> Vec<Serving> {
     described(namespaced, cluster)
-        .filter(|(_, _, mode, _)| *mode != Mode::Node)
-        .map(|(manager, namespace, _, status)| Serving {
+        .filter(|(_, _, mode, _, _)| *mode != Mode::Node)
+        .map(|(manager, namespace, _, scope, status)| Serving {
             manager,
             namespace,
+            scope,
             secrets: status.map(|s| s.pull_secrets.clone()).unwrap_or_default(),
         })
         .collect()
@@ -90,7 +105,7 @@ pub fn docker_hub_allowances(
     cluster: &[ClusterImagePullSecretManager],
 ) -> Vec<String> {
     described(namespaced, cluster)
-        .flat_map(|(manager, _, _, status)| {
+        .flat_map(|(manager, _, _, _, status)| {
             status
                 .into_iter()
                 .flat_map(|s| s.credentials.iter())
@@ -131,13 +146,18 @@ pub struct PullFinding {
     pub why: PullWhy,
     /// The manager behind the Secret.
     pub manager: String,
+    /// Whether the Pod's namespace is in the manager's scope (for `noCredential`: the Pod
+    /// opted out or was admitted before, rather than its namespace being left out).
+    pub in_scope: bool,
     /// The pull.
     pub pull: RefusedPull,
 }
 
-/// The pull findings of `pod`: one per refused image that a manager of `serving` concerns.
-pub fn refused_pulls(pod: &Pod, serving: &[Serving]) -> Vec<PullFinding> {
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+/// The pull findings of `pod` in `namespace`: one per refused image that a manager of `serving`
+/// concerns. A Pod without any of the Secrets is named the Secret of a manager whose scope holds
+/// its namespace before one whose scope does not, each group in `serving`'s order.
+pub fn refused_pulls(pod: &Pod, meta: &NamespaceMeta, serving: &[Serving]) -> Vec<PullFinding> {
+    let namespace = meta.name.as_str();
     let Some(spec) = pod.spec.as_ref() else {
         return Vec::new();
     };
@@ -196,10 +216,15 @@ pub fn refused_pulls(pod: &Pod, serving: &[Serving]) -> Vec<PullFinding> {
                 }
             }
         }
+        let in_scope = |m: &Serving| m.scope.as_ref().is_some_and(|s| s.contains(meta));
         let rejected = offered
             .iter()
             .find(|(_, secret, _)| held.contains(&secret.name.as_str()));
-        let (why, (manager, secret, key)) = match (rejected, offered.first()) {
+        let lacked = offered
+            .iter()
+            .find(|(m, _, _)| in_scope(m))
+            .or(offered.first());
+        let (why, (manager, secret, key)) = match (rejected, lacked) {
             (Some(found), _) => (PullWhy::Rejected, found),
             (None, Some(first)) => (PullWhy::NoCredential, first),
             (None, None) => continue,
@@ -207,6 +232,7 @@ pub fn refused_pulls(pod: &Pod, serving: &[Serving]) -> Vec<PullFinding> {
         findings.push(PullFinding {
             why,
             manager: manager.manager.clone(),
+            in_scope: in_scope(manager),
             pull: RefusedPull {
                 image: (*image).to_owned(),
                 registry: (*key).to_owned(),
@@ -237,10 +263,22 @@ mod tests {
         .expect("a Pod")
     }
 
+    fn team() -> NamespaceMeta {
+        NamespaceMeta::named("team")
+    }
+
     fn serving(namespace: Option<&str>) -> Vec<Serving> {
         vec![Serving {
             manager: "ClusterImagePullSecretManager pulls".to_owned(),
             namespace: namespace.map(str::to_owned),
+            scope: Some(match namespace {
+                Some(ns) => Scope::Namespace(ns.to_owned()),
+                None => Scope::Cluster {
+                    selector: None,
+                    include: Vec::new(),
+                    exclude: Vec::new(),
+                },
+            }),
             secrets: vec![
                 PullSecretRegistries {
                     name: "quay-pull".to_owned(),
@@ -254,11 +292,15 @@ mod tests {
         }]
     }
 
+    fn refused_pulls_in_team(pod: &Pod, serving: &[Serving]) -> Vec<PullFinding> {
+        refused_pulls(pod, &team(), serving)
+    }
+
     const REFUSED: &str = "failed to pull and unpack image \"registry.example.com/team/app:1\": failed to resolve reference \"registry.example.com/team/app:1\": unexpected status from HEAD request to https://registry.example.com/v2/team/app/manifests/1: 401 Unauthorized";
 
     #[test]
     fn a_refused_pull_with_the_managers_secret_is_rejected_and_without_it_no_credential() {
-        let rejected = refused_pulls(
+        let rejected = refused_pulls_in_team(
             &pod(&["team-pull"], "ErrImagePull", REFUSED),
             &serving(None),
         );
@@ -267,6 +309,7 @@ mod tests {
             [PullFinding {
                 why: PullWhy::Rejected,
                 manager: "ClusterImagePullSecretManager pulls".to_owned(),
+                in_scope: true,
                 pull: RefusedPull {
                     image: "registry.example.com/team/app:1".to_owned(),
                     registry: "registry.example.com".to_owned(),
@@ -274,7 +317,7 @@ mod tests {
                 },
             }]
         );
-        let without = refused_pulls(
+        let without = refused_pulls_in_team(
             &pod(&["other"], "ImagePullBackOff", REFUSED),
             &serving(None),
         );
@@ -307,21 +350,21 @@ mod tests {
     fn only_refusals_of_a_registry_a_manager_serves_in_the_pods_namespace_count() {
         let not_found = "failed to resolve reference \"registry.example.com/team/app:1\": registry.example.com/team/app:1: not found";
         assert!(
-            refused_pulls(
+            refused_pulls_in_team(
                 &pod(&["team-pull"], "ErrImagePull", not_found),
                 &serving(None)
             )
             .is_empty()
         );
         assert!(
-            refused_pulls(
+            refused_pulls_in_team(
                 &pod(&["team-pull"], "ContainerCreating", REFUSED),
                 &serving(None)
             )
             .is_empty()
         );
         assert!(
-            refused_pulls(
+            refused_pulls_in_team(
                 &pod(&[], "ErrImagePull", REFUSED),
                 &serving(Some("elsewhere"))
             )
@@ -329,13 +372,41 @@ mod tests {
             "a namespaced manager serves only its namespace"
         );
         assert_eq!(
-            refused_pulls(&pod(&[], "ErrImagePull", REFUSED), &serving(Some("team"))).len(),
+            refused_pulls_in_team(&pod(&[], "ErrImagePull", REFUSED), &serving(Some("team"))).len(),
             1
         );
         let unserved = vec![Serving {
             secrets: vec![serving(None)[0].secrets[0].clone()],
             ..serving(None)[0].clone()
         }];
-        assert!(refused_pulls(&pod(&[], "ErrImagePull", REFUSED), &unserved).is_empty());
+        assert!(refused_pulls_in_team(&pod(&[], "ErrImagePull", REFUSED), &unserved).is_empty());
+    }
+
+    #[test]
+    fn a_pod_without_credential_is_named_the_secret_of_a_manager_whose_scope_holds_it() {
+        let elsewhere = Serving {
+            manager: "ClusterImagePullSecretManager fleet".to_owned(),
+            scope: Some(Scope::Cluster {
+                selector: None,
+                include: vec![crate::policy::NamespaceGlob::parse("fleet-*").expect("a glob")],
+                exclude: Vec::new(),
+            }),
+            secrets: vec![PullSecretRegistries {
+                name: "fleet-pull".to_owned(),
+                registries: vec!["registry.example.com".to_owned()],
+            }],
+            ..serving(None)[0].clone()
+        };
+        let both = [elsewhere.clone(), serving(None)[0].clone()];
+        let found = refused_pulls_in_team(&pod(&[], "ErrImagePull", REFUSED), &both);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].why, PullWhy::NoCredential);
+        assert_eq!(found[0].pull.secret, "team-pull");
+        assert!(found[0].in_scope);
+
+        let only_elsewhere =
+            refused_pulls_in_team(&pod(&[], "ErrImagePull", REFUSED), &[elsewhere]);
+        assert_eq!(only_elsewhere[0].pull.secret, "fleet-pull");
+        assert!(!only_elsewhere[0].in_scope);
     }
 }
