@@ -113,10 +113,28 @@ impl Triggers {
             .into_iter()
             .flat_map(|a| a.split(','))
             .map(str::trim);
-        let naming = added.flat_map(|n| managers.by_secret.get(n).into_iter().flatten());
+        let mut naming: Vec<&Arc<Manager>> = Vec::new();
+        for m in added.flat_map(|n| managers.by_secret.get(n).into_iter().flatten()) {
+            if !naming.iter().any(|n| n.id == m.id) {
+                naming.push(m);
+            }
+        }
+        // What every manager naming an entry cheiron added still wants here, decided once: an
+        // entry one of them wants stays, whichever manager added it (as the reconcile's
+        // removal decides), so it re-queues none of the others.
+        let still_wanted = if naming.is_empty() {
+            Vec::new()
+        } else {
+            pull_entries::wanted(sa, namespace, naming.iter().map(|m| m.as_ref()))
+        };
         let mut seen: HashSet<&ManagerId> = HashSet::new();
-        for m in managers.index.candidates(namespace).iter().chain(naming) {
-            if seen.insert(&m.id) && concerns(sa, namespace, m) {
+        for m in managers
+            .index
+            .candidates(namespace)
+            .iter()
+            .chain(naming.iter().copied())
+        {
+            if seen.insert(&m.id) && concerns(sa, namespace, m, &still_wanted) {
                 tracing::trace!(manager = %m.id, namespace = sa.namespace(), name = sa.name(), "a ServiceAccount needs a reconcile");
                 self.send(ManagerRef::from(&m.id));
             }
@@ -213,8 +231,14 @@ impl CompiledManagers {
 }
 
 /// Whether `sa` needs something from `manager`: an entry it should have and lacks, or an
-/// entry cheiron added for one of the manager's names that the manager does not want there.
-fn concerns(sa: &ServiceAccountRecord, namespace: &NamespaceMeta, manager: &Manager) -> bool {
+/// entry cheiron added for one of the manager's names that no manager naming it
+/// (`still_wanted`: what they want on `sa`, the manager among them) wants there.
+fn concerns(
+    sa: &ServiceAccountRecord,
+    namespace: &NamespaceMeta,
+    manager: &Manager,
+    still_wanted: &[String],
+) -> bool {
     if manager.mode == Mode::ServiceAccount
         && manager.scope.contains(namespace)
         && pull_entries::backfill(sa, namespace, manager).is_some()
@@ -231,11 +255,10 @@ fn concerns(sa: &ServiceAccountRecord, namespace: &NamespaceMeta, manager: &Mana
     {
         return false;
     }
-    let wanted = pull_entries::wanted(sa, namespace, [manager]);
     let stale: Vec<String> = manager
         .secret_names()
         .iter()
-        .filter(|n| !wanted.contains(n))
+        .filter(|n| !still_wanted.contains(n))
         .cloned()
         .collect();
     !stale.is_empty() && pull_entries::removal(sa, &stale).is_some()
@@ -428,12 +451,13 @@ mod tests {
             !concerns(
                 &sa("default", &["theirs", "m-pull"], Some("m-pull"))?,
                 &team,
-                &m
+                &m,
+                &["m-pull".to_owned()]
             ),
             "as cheiron left it: nothing to do"
         );
         assert!(
-            concerns(&sa("default", &["theirs"], None)?, &team, &m),
+            concerns(&sa("default", &["theirs"], None)?, &team, &m, &[]),
             "lacks m-pull"
         );
         Ok(())
@@ -444,14 +468,15 @@ mod tests {
         let team = NamespaceMeta::named("team");
         let narrowed = manager(serde_json::json!({"serviceAccountNames": ["other"]}))?;
         let left_behind = sa("default", &["m-pull"], Some("m-pull"))?;
-        assert!(concerns(&left_behind, &team, &narrowed));
+        assert!(concerns(&left_behind, &team, &narrowed, &[]));
         let pod_mode = manager(serde_json::json!({"mode": "Pod"}))?;
-        assert!(concerns(&left_behind, &team, &pod_mode));
+        assert!(concerns(&left_behind, &team, &pod_mode, &[]));
         // Not cheiron's entry (no record of adding it): never taken away.
         assert!(!concerns(
             &sa("default", &["m-pull"], None)?,
             &team,
-            &pod_mode
+            &pod_mode,
+            &[]
         ));
         Ok(())
     }
@@ -507,6 +532,44 @@ mod tests {
             Some("apps-pull,web-pull"),
         )?;
         assert_eq!(routed(&stale, &apps, managers()?), ["web"]);
+        Ok(())
+    }
+
+    #[test]
+    fn an_entry_another_manager_of_the_same_name_wants_re_queues_nobody() -> TestResult {
+        // Per-team managers that all call their Secret `regcred`, each in its own namespaces:
+        // the backfill of one team's ServiceAccount used to re-queue every other team's
+        // manager (each names `regcred`, and none of the others wants it there).
+        let team = |t: &str| -> Result<Manager, Box<dyn std::error::Error>> {
+            let m: ClusterImagePullSecretManager = serde_json::from_value(serde_json::json!({
+                "apiVersion": "cheiron.anny.co/v1alpha1", "kind": "ClusterImagePullSecretManager",
+                "metadata": {"name": t},
+                "spec": {
+                    "namespaceSelector": {"matchLabels": {"team": t}},
+                    "secrets": [{"existingSecretRef": {"name": "regcred", "namespace": "src"}}],
+                },
+            }))?;
+            Ok(Manager::from_cluster(&m)?)
+        };
+        let blue = NamespaceMeta {
+            name: "team".to_owned(),
+            labels: [("team".to_owned(), "blue".to_owned())].into(),
+            ..NamespaceMeta::default()
+        };
+        let managers = || -> Result<Vec<Manager>, Box<dyn std::error::Error>> {
+            Ok(vec![team("blue")?, team("green")?, team("red")?])
+        };
+        let backfilled = sa("default", &["regcred"], Some("regcred"))?;
+        assert!(routed(&backfilled, &blue, managers()?).is_empty());
+        // Left by all of them (the namespace relabelled): the managers naming it look.
+        let elsewhere = NamespaceMeta {
+            labels: [("team".to_owned(), "none".to_owned())].into(),
+            ..blue.clone()
+        };
+        assert_eq!(
+            routed(&backfilled, &elsewhere, managers()?),
+            ["blue", "green", "red"]
+        );
         Ok(())
     }
 }
