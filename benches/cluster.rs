@@ -13,12 +13,18 @@
 //!    (`tests/support/fake_credential_provider.rs`) with a short `cacheDuration`, in the same
 //!    1 000 namespaces: plugin calls and Secret writes per rotation, and plugin call → a watch
 //!    saw all copies updated, against the bare client's writes in the same run (alternating);
-//! 5. webhook memory: the controller is stopped, the cluster is topped up to 10 000 namespaces
+//! 5. credential health's cost (docs/credential-health.md): the controller is stopped; 10 000
+//!    namespaces and 100 cluster managers sharing 10 credentials of an in-process HTTPS
+//!    registry that demands Basic credentials; a controller without registry checks writes
+//!    the copies, then one without and one with `--verify-registries
+//!    --registry-check-interval 60` restart into the converged cluster: each one's CPU and RSS
+//!    over a 180 s steady window, registry checks per interval, and the time to converge;
+//! 6. webhook memory: the controller is stopped, the cluster is topped up to 10 000 namespaces
 //!    and 1 000 managers, a fresh `cheiron webhook` in cluster mode is started, and its VmRSS
 //!    is sampled once `/readyz` is 200 (its caches have listed everything).
 //!
 //! Run: `cargo bench --bench cluster`, or only some phases with
-//! `cargo bench --bench cluster -- --phases latency,rotation,steady,provider,memory` (the
+//! `cargo bench --bench cluster -- --phases latency,rotation,steady,provider,health,memory` (the
 //! rotation namespaces are created by whichever of `rotation` and `provider` runs first).
 //! Progress goes to stderr, the results table to stdout.
 
@@ -27,6 +33,10 @@ use std::{
     fmt::Write as _,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
@@ -85,7 +95,9 @@ const PROVIDER_CACHE_SECONDS: u64 = 40;
 const PROVIDER: &str = "bench-provider";
 const PROVIDER_IMAGE: &str = "provider.bench.example.com/team/app";
 /// Every phase, in the order they run.
-const PHASES: [&str; 5] = ["latency", "rotation", "steady", "provider", "memory"];
+const PHASES: [&str; 6] = [
+    "latency", "rotation", "steady", "provider", "health", "memory",
+];
 
 /// The phases `--phases a,b` names (all without it); `cargo bench` adds `--bench`.
 fn phases() -> Result<Vec<String>> {
@@ -199,6 +211,9 @@ async fn run() -> Result {
     let controller_stopped = tokio::task::spawn_blocking(move || controller.stop()).await?;
     eprintln!("[bench] controller exited: {controller_stopped:?}");
 
+    if runs("health") {
+        rows.extend(health(&scenario, &client).await?);
+    }
     if runs("memory") {
         rows.extend(memory(&scenario, &client).await?);
     }
@@ -998,7 +1013,7 @@ spec:
 }
 
 // ---------------------------------------------------------------------------------------------
-// 5. webhook memory
+// 6. webhook memory (after 5., whose code follows the shared helpers below)
 
 async fn memory(scenario: &Scenario, client: &Client) -> Result<Vec<Row>> {
     let cluster = scenario.cluster()?;
@@ -1393,4 +1408,499 @@ async fn watch_copies_with_sync(
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. the cost of credential health
+
+/// Namespaces of the health phase: 100 per manager.
+const HEALTH_NAMESPACES: usize = 10_000;
+/// Cluster managers of the health phase, each selecting its own 100 namespaces.
+const HEALTH_MANAGERS: usize = 100;
+/// Distinct credentials the managers share: manager `j` distributes credential `j % 10`.
+const HEALTH_CREDENTIALS: usize = 10;
+/// `--registry-check-interval` of the measured controller (the shortest sensible period, so
+/// that the window holds several; the default is 6 h).
+const HEALTH_INTERVAL_SECONDS: u64 = 60;
+/// The steady window over which CPU, RSS and registry requests are counted.
+const HEALTH_WINDOW: Duration = Duration::from_secs(180);
+/// Settling after convergence, before the window opens.
+const HEALTH_SETTLE: Duration = Duration::from_secs(10);
+/// How long a controller may take to bring every health manager to Ready (and Accepted).
+const HEALTH_CONVERGE_WITHIN: Duration = Duration::from_secs(900);
+const HEALTH_GROUP: &str = "bench.cheiron.anny.co/health";
+/// The first controller of the health phase: it writes the copies and backfills the
+/// ServiceAccounts before its window.
+const WARM_UP: &str = "health-warm-up";
+
+/// A registry on 127.0.0.1 that demands HTTP Basic credentials on `/v2/` (the handshake the
+/// controller's check performs) and counts what it answers. Stops when dropped.
+struct FakeRegistry {
+    host: String,
+    ca_file: PathBuf,
+    challenged: Arc<AtomicU64>,
+    accepted: Arc<AtomicU64>,
+    refused: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeRegistry {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Counts of a [`FakeRegistry`]'s answers.
+#[derive(Clone, Copy, Debug, Default)]
+struct RegistryCounts {
+    /// `401` to a request without credential.
+    challenged: u64,
+    /// `200` to a request with one of the known credentials.
+    accepted: u64,
+    /// `401` to a request with any other credential.
+    refused: u64,
+}
+
+impl RegistryCounts {
+    fn since(self, earlier: Self) -> Self {
+        Self {
+            challenged: self.challenged - earlier.challenged,
+            accepted: self.accepted - earlier.accepted,
+            refused: self.refused - earlier.refused,
+        }
+    }
+
+    /// Completed checks: each is one challenged request followed by one with the credential.
+    fn checks(self) -> u64 {
+        self.accepted + self.refused
+    }
+}
+
+fn health_user(k: usize) -> String {
+    format!("user-{k}")
+}
+
+fn health_password(k: usize) -> String {
+    format!("password-{k}")
+}
+
+impl FakeRegistry {
+    async fn start(dir: &Path) -> Result<Self> {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+
+        let certificates = harness::WebhookCertificates::generate(dir)?;
+        let ca_file = dir.join("ca.pem");
+        std::fs::write(&ca_file, &certificates.ca_pem)?;
+        let chain = CertificateDer::pem_file_iter(dir.join("tls.crt"))?
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let key = PrivateKeyDer::from_pem_file(dir.join("tls.key"))?;
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let host = listener.local_addr()?.to_string();
+        let known: Arc<HashSet<String>> = Arc::new(
+            (0..HEALTH_CREDENTIALS)
+                .map(|k| {
+                    use base64::Engine;
+                    let pair = format!("{}:{}", health_user(k), health_password(k));
+                    format!(
+                        "Basic {}",
+                        base64::engine::general_purpose::STANDARD.encode(pair)
+                    )
+                })
+                .collect(),
+        );
+        let counters = [
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicU64::new(0)),
+        ];
+        let [challenged, accepted, refused] = counters.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let (acceptor, known, counters) =
+                    (acceptor.clone(), known.clone(), counters.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper::service::service_fn(
+                        move |request: hyper::Request<hyper::body::Incoming>| {
+                            let (known, counters) = (known.clone(), counters.clone());
+                            async move {
+                                let authorization = request
+                                    .headers()
+                                    .get(hyper::header::AUTHORIZATION)
+                                    .and_then(|v| v.to_str().ok());
+                                let (counter, status) = match authorization {
+                                    None => (&counters[0], 401),
+                                    Some(a) if known.contains(a) => (&counters[1], 200),
+                                    Some(_) => (&counters[2], 401),
+                                };
+                                counter.fetch_add(1, Ordering::SeqCst);
+                                let mut answer = hyper::Response::builder().status(status);
+                                if status == 401 {
+                                    answer = answer.header(
+                                        "WWW-Authenticate",
+                                        "Basic realm=\"cheiron-bench\"",
+                                    );
+                                }
+                                answer.body(axum::body::Body::from("{}"))
+                            }
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        Ok(Self {
+            host,
+            ca_file,
+            challenged,
+            accepted,
+            refused,
+            task,
+        })
+    }
+
+    fn counts(&self) -> RegistryCounts {
+        RegistryCounts {
+            challenged: self.challenged.load(Ordering::SeqCst),
+            accepted: self.accepted.load(Ordering::SeqCst),
+            refused: self.refused.load(Ordering::SeqCst),
+        }
+    }
+}
+
+/// Waits until kube-controller-manager has created the `default` ServiceAccount of every health
+/// namespace and the controller has backfilled it. kube-controller-manager creates them at its
+/// own pace (about 20 a second here); until it is done, every new one is a backfill and a
+/// window would measure that, not the steady state.
+async fn until_service_accounts_backfilled(client: &Client, id: &str) -> Result {
+    let prefix = format!("{id}-h-");
+    let sas_at = Instant::now();
+    let backfilled = |sa: &ServiceAccount| {
+        sa.image_pull_secrets
+            .iter()
+            .flatten()
+            .any(|r| r.name == "health-pull")
+    };
+    loop {
+        let done = Api::<ServiceAccount>::all(client.clone())
+            .list(&ListParams::default().fields("metadata.name=default"))
+            .await?
+            .items
+            .iter()
+            .filter(|sa| sa.namespace().is_some_and(|ns| ns.starts_with(&prefix)))
+            .filter(|sa| backfilled(sa))
+            .count();
+        if done == HEALTH_NAMESPACES {
+            break;
+        }
+        if sas_at.elapsed() > HEALTH_CONVERGE_WITHIN {
+            return Err(format!(
+                "{done}/{HEALTH_NAMESPACES} default ServiceAccounts backfilled after {HEALTH_CONVERGE_WITHIN:?}"
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    eprintln!(
+        "[bench] health: every default ServiceAccount created and backfilled {:.1?} later",
+        sas_at.elapsed()
+    );
+    Ok(())
+}
+
+/// What one controller run of the health phase measured.
+struct HealthRun {
+    /// Start → every health manager Ready (and, with checks, CredentialsAccepted=True).
+    converged: Duration,
+    /// CPU seconds (`process_cpu_seconds_total`) over [`HEALTH_WINDOW`].
+    cpu: f64,
+    /// Largest and mean VmRSS over the window's samples, in MiB.
+    rss_max: f64,
+    rss_mean: f64,
+    /// The registry's answers over the window.
+    window: RegistryCounts,
+    /// The registry's answers from start to convergence.
+    converging: RegistryCounts,
+    /// The first controller's backfill of the `default` ServiceAccounts that
+    /// kube-controller-manager creates after the namespaces.
+    backfill: Option<Backfill>,
+}
+
+/// The backfill of the ServiceAccounts kube-controller-manager creates, one by one.
+struct Backfill {
+    /// From the copies written to every `default` ServiceAccount backfilled.
+    took: Duration,
+    /// CPU seconds of the controller meanwhile.
+    cpu: f64,
+    /// Reconciles meanwhile (`cheiron_reconcile_runs_total`).
+    reconciles: f64,
+}
+
+/// Whether `m` is one of this phase's managers, Ready, and (when `accepted`) has
+/// `CredentialsAccepted=True` for its current generation.
+fn health_converged(m: &ClusterImagePullSecretManager, accepted: bool) -> bool {
+    let Some(status) = m.status.as_ref() else {
+        return false;
+    };
+    let current = status.observed_generation == m.metadata.generation;
+    let is_true = |kind: &str| {
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == kind && c.status == "True")
+    };
+    current && is_true("Ready") && (!accepted || is_true("CredentialsAccepted"))
+}
+
+async fn health_run(
+    client: &Client,
+    registry: &FakeRegistry,
+    name: &str,
+    checks: bool,
+    id: &str,
+) -> Result<HealthRun> {
+    let prefix = format!("{id}-health-");
+    let ca = registry.ca_file.display().to_string();
+    let interval = HEALTH_INTERVAL_SECONDS.to_string();
+    let mut args = vec!["--no-leader-election"];
+    if checks {
+        args.extend([
+            "--verify-registries",
+            "--registry-check-interval",
+            &interval,
+            "--registry-ca-file",
+            &ca,
+        ]);
+    }
+    let before = registry.counts();
+    let started = Instant::now();
+    let controller = CheironProcess::controller(name, &args)?;
+    controller
+        .wait_for_admin_status("/readyz", 200, READY_WITHIN)
+        .await?;
+    let managers: Api<ClusterImagePullSecretManager> = Api::all(client.clone());
+    loop {
+        controller.check_running()?;
+        let done = managers
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|m| m.name_any().starts_with(&prefix))
+            .filter(|m| health_converged(m, checks))
+            .count();
+        if done == HEALTH_MANAGERS {
+            break;
+        }
+        if started.elapsed() > HEALTH_CONVERGE_WITHIN {
+            return Err(format!(
+                "{name}: {done}/{HEALTH_MANAGERS} health managers converged after {HEALTH_CONVERGE_WITHIN:?}\n{}",
+                controller.log_excerpt(30)
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let converged = started.elapsed();
+    let converging = registry.counts().since(before);
+    eprintln!("[bench] health: {name} converged in {converged:.1?}; registry {converging:?}");
+    let backfill = if name == WARM_UP {
+        let (cpu, runs, at) = (
+            controller.metric("process_cpu_seconds_total").await?,
+            controller.metric("cheiron_reconcile_runs_total").await?,
+            Instant::now(),
+        );
+        until_service_accounts_backfilled(client, id).await?;
+        Some(Backfill {
+            took: at.elapsed(),
+            cpu: controller.metric("process_cpu_seconds_total").await? - cpu,
+            reconciles: controller.metric("cheiron_reconcile_runs_total").await? - runs,
+        })
+    } else {
+        None
+    };
+    tokio::time::sleep(HEALTH_SETTLE).await;
+
+    let cpu_before = controller.metric("process_cpu_seconds_total").await?;
+    let counts_before = registry.counts();
+    let opened = Instant::now();
+    let mut rss = Vec::new();
+    while opened.elapsed() < HEALTH_WINDOW {
+        rss.push(controller.rss_bytes()? as f64 / (1024.0 * 1024.0));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    let cpu = controller.metric("process_cpu_seconds_total").await? - cpu_before;
+    let window = registry.counts().since(counts_before);
+    controller.check_running()?;
+    let stopped = tokio::task::spawn_blocking(move || controller.stop()).await?;
+    eprintln!("[bench] health: {name} stopped ({stopped:?}); window registry {window:?}");
+    Ok(HealthRun {
+        converged,
+        cpu,
+        rss_max: rss.iter().copied().fold(0.0, f64::max),
+        rss_mean: rss.iter().sum::<f64>() / rss.len().max(1) as f64,
+        window,
+        converging,
+        backfill,
+    })
+}
+
+/// Credential health's cost (docs/credential-health.md, "Cost"): 10 000 namespaces, 100 cluster
+/// managers sharing 10 credentials of one registry, a controller without registry checks
+/// against one with `--verify-registries --registry-check-interval 60`: CPU and RSS over a
+/// steady window, registry requests per interval, and the time to converge.
+async fn health(scenario: &Scenario, client: &Client) -> Result<Vec<Row>> {
+    let cluster = scenario.cluster()?;
+    let id = scenario.id().to_owned();
+    let registry = FakeRegistry::start(&cluster.dir.join("health-registry")).await?;
+    eprintln!(
+        "[bench] health: fake registry https://{}/v2/ (Basic, {HEALTH_CREDENTIALS} credentials); creating {HEALTH_NAMESPACES} namespaces",
+        registry.host
+    );
+    let created_at = Instant::now();
+    stream::iter(0..HEALTH_NAMESPACES)
+        .map(|i| {
+            let (id, group) = (&id, format!("h{}", i % HEALTH_MANAGERS));
+            async move {
+                create_namespace(client, &format!("{id}-h-{i}"), &[(HEALTH_GROUP, &group)]).await?;
+                if (i + 1) % 2000 == 0 {
+                    eprintln!("[bench]   {}/{HEALTH_NAMESPACES} namespaces", i + 1);
+                }
+                Ok::<_, harness::Error>(())
+            }
+        })
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    eprintln!(
+        "[bench] health: namespaces created in {:.1?}",
+        created_at.elapsed()
+    );
+    let prefix = format!("{id}-health-");
+    let yamls: Vec<String> = (0..HEALTH_MANAGERS)
+        .map(|j| {
+            let k = j % HEALTH_CREDENTIALS;
+            format!(
+                "
+apiVersion: cheiron.anny.co/v1alpha1
+kind: ClusterImagePullSecretManager
+metadata:
+  name: {prefix}{j}
+spec:
+  namespaceSelector:
+    matchLabels:
+      {HEALTH_GROUP}: h{j}
+  secrets:
+    - name: health-pull
+      registry: {}
+      username: {}
+      password: {}
+",
+                registry.host,
+                health_user(k),
+                health_password(k)
+            )
+        })
+        .collect();
+    stream::iter(yamls.iter())
+        .map(|yaml| scenario.apply_manager(yaml))
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+
+    // The first controller writes the 10 000 copies and backfills the ServiceAccounts (its
+    // window is measured too, as a third sample without checks); the measured ones restart
+    // into the converged cluster, as a rolled-out controller does.
+    eprintln!("[bench] health: materialising the copies (controller without checks)");
+    let warm = health_run(client, &registry, WARM_UP, false, &id).await?;
+    eprintln!(
+        "[bench] health: {} copies written in {:.1?}",
+        HEALTH_NAMESPACES, warm.converged
+    );
+    let without = health_run(client, &registry, "health-without", false, &id).await?;
+    let with = health_run(client, &registry, "health-with", true, &id).await?;
+    if without.window.challenged + without.window.checks() != 0 {
+        return Err("the controller without checks talked to the registry".into());
+    }
+
+    let backfill = warm
+        .backfill
+        .as_ref()
+        .ok_or("the first run measured no backfill")?;
+    let window = HEALTH_WINDOW.as_secs_f64();
+    let periods = window / HEALTH_INTERVAL_SECONDS as f64;
+    let per_period = with.window.checks() as f64 / periods;
+    let load = format!(
+        "{HEALTH_NAMESPACES} namespaces, {HEALTH_MANAGERS} cluster managers sharing {HEALTH_CREDENTIALS} credentials"
+    );
+    Ok(vec![
+        row(
+            &format!(
+                "health: backfill of the {HEALTH_NAMESPACES} `default` ServiceAccounts kube-controller-manager creates after the namespaces (no checks)"
+            ),
+            format!(
+                "{:.0} s (kube-controller-manager's pace); controller CPU {:.1} s, {:.0} reconciles",
+                backfill.took.as_secs_f64(),
+                backfill.cpu,
+                backfill.reconciles
+            ),
+            "—",
+            None,
+        ),
+        row(
+            &format!("health: controller CPU over a {window:.0} s steady window, {load}"),
+            format!(
+                "{:.2} s without checks ({:.2} s in the first controller's window), {:.2} s with (interval {HEALTH_INTERVAL_SECONDS} s)",
+                without.cpu, warm.cpu, with.cpu
+            ),
+            "—",
+            None,
+        ),
+        row(
+            &format!("health: controller RSS over the window, {load}"),
+            format!(
+                "max {:.1} / mean {:.1} MiB without checks, max {:.1} / mean {:.1} MiB with",
+                without.rss_max, without.rss_mean, with.rss_max, with.rss_mean
+            ),
+            "—",
+            None,
+        ),
+        row(
+            "health: registry checks per interval (one per distinct credential)",
+            format!(
+                "{per_period:.1} ({} checks, {} challenges, {} refused in {window:.0} s = {periods:.0} intervals)",
+                with.window.checks(),
+                with.window.challenged,
+                with.window.refused
+            ),
+            &format!("{HEALTH_CREDENTIALS} (±10 % jitter)"),
+            Some(
+                (per_period - HEALTH_CREDENTIALS as f64).abs() <= HEALTH_CREDENTIALS as f64 * 0.25,
+            ),
+        ),
+        row(
+            "health: restart with checks → every manager CredentialsAccepted=True",
+            format!(
+                "{:.1} s ({} checks until then)",
+                with.converged.as_secs_f64(),
+                with.converging.checks()
+            ),
+            "—",
+            None,
+        ),
+    ])
 }
