@@ -1027,28 +1027,12 @@ async fn memory(scenario: &Scenario, client: &Client) -> Result<Vec<Row>> {
     let missing = MEMORY_NAMESPACES.saturating_sub(existing);
     eprintln!("[bench] memory: {existing} namespaces exist, creating {missing}");
     let names: Vec<String> = (0..missing).map(|i| format!("{id}-m-{i}")).collect();
-    let created_at = Instant::now();
-    stream::iter(names.iter().enumerate())
-        .map(|(i, ns)| async move {
-            let group = format!("g{}", i % 10);
-            create_namespace(
-                client,
-                ns,
-                &[("bench.cheiron.anny.co/group", group.as_str())],
-            )
-            .await?;
-            if (i + 1) % 1000 == 0 {
-                eprintln!("[bench]   {}/{missing} namespaces", i + 1);
-            }
-            Ok::<_, harness::Error>(())
-        })
-        .buffer_unordered(CREATE_CONCURRENCY)
-        .try_collect::<Vec<_>>()
-        .await?;
-    eprintln!(
-        "[bench] memory: namespaces created in {:.1?}",
-        created_at.elapsed()
-    );
+    let grouped: Vec<(String, String)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, ns)| (ns.clone(), format!("g{}", i % 10)))
+        .collect();
+    create_namespaces(client, "memory", "bench.cheiron.anny.co/group", &grouped).await?;
 
     let existing_managers = count_managers(client).await?;
     let cluster_managers = MEMORY_MANAGERS
@@ -1256,6 +1240,33 @@ impl Drop for Guard {
 
 // ---------------------------------------------------------------------------------------------
 // helpers
+
+/// Creates `namespaces` (each a name and its value of `label`), [`CREATE_CONCURRENCY`] at a
+/// time, reporting progress for `phase` on stderr.
+async fn create_namespaces(
+    client: &Client,
+    phase: &str,
+    label: &str,
+    namespaces: &[(String, String)],
+) -> Result {
+    let (started, total) = (Instant::now(), namespaces.len());
+    stream::iter(namespaces.iter().enumerate())
+        .map(|(i, (name, value))| async move {
+            create_namespace(client, name, &[(label, value.as_str())]).await?;
+            if (i + 1) % 1000 == 0 {
+                eprintln!("[bench]   {}/{total} namespaces", i + 1);
+            }
+            Ok::<_, harness::Error>(())
+        })
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    eprintln!(
+        "[bench] {phase}: namespaces created in {:.1?}",
+        started.elapsed()
+    );
+    Ok(())
+}
 
 async fn create_namespace(client: &Client, name: &str, labels: &[(&str, &str)]) -> Result<String> {
     let namespace = Namespace {
@@ -1771,25 +1782,10 @@ async fn health(scenario: &Scenario, client: &Client) -> Result<Vec<Row>> {
         "[bench] health: fake registry https://{}/v2/ (Basic, {HEALTH_CREDENTIALS} credentials); creating {HEALTH_NAMESPACES} namespaces",
         registry.host
     );
-    let created_at = Instant::now();
-    stream::iter(0..HEALTH_NAMESPACES)
-        .map(|i| {
-            let (id, group) = (&id, format!("h{}", i % HEALTH_MANAGERS));
-            async move {
-                create_namespace(client, &format!("{id}-h-{i}"), &[(HEALTH_GROUP, &group)]).await?;
-                if (i + 1) % 2000 == 0 {
-                    eprintln!("[bench]   {}/{HEALTH_NAMESPACES} namespaces", i + 1);
-                }
-                Ok::<_, harness::Error>(())
-            }
-        })
-        .buffer_unordered(CREATE_CONCURRENCY)
-        .try_collect::<Vec<_>>()
-        .await?;
-    eprintln!(
-        "[bench] health: namespaces created in {:.1?}",
-        created_at.elapsed()
-    );
+    let grouped: Vec<(String, String)> = (0..HEALTH_NAMESPACES)
+        .map(|i| (format!("{id}-h-{i}"), format!("h{}", i % HEALTH_MANAGERS)))
+        .collect();
+    create_namespaces(client, "health", HEALTH_GROUP, &grouped).await?;
     let prefix = format!("{id}-health-");
     let yamls: Vec<String> = (0..HEALTH_MANAGERS)
         .map(|j| {
