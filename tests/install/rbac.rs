@@ -300,28 +300,27 @@ async fn controller_mints_tokens_only_of_the_service_accounts_and_namespaces_lis
             "a KEP-4412 provider's token",
         )
     };
+    let may_mint = [
+        mint(NS, "ecr-puller"),
+        mint(tenant, "default"),
+        mint(tenant, "builder"),
+    ];
+    // The authorizer's informers see each namespace's Role and RoleBinding on their own
+    // time: wait for all of them, not only the first namespace's.
     until(
-        "the authorizer to see the token Roles",
+        "the authorizer to see the token Roles in both namespaces",
         Duration::from_secs(20),
         || async {
-            allowed(s.client(), CONTROLLER_USER, &mint(NS, "ecr-puller"))
-                .await
-                .ok()
-                .filter(|a| *a)
+            for row in &may_mint {
+                if !allowed(s.client(), CONTROLLER_USER, row).await.ok()? {
+                    return None;
+                }
+            }
+            Some(())
         },
     )
     .await?;
-    expect(
-        s.client(),
-        CONTROLLER_USER,
-        true,
-        &[
-            mint(NS, "ecr-puller"),
-            mint(tenant, "default"),
-            mint(tenant, "builder"),
-        ],
-    )
-    .await?;
+    expect(s.client(), CONTROLLER_USER, true, &may_mint).await?;
     expect(
         s.client(),
         CONTROLLER_USER,
