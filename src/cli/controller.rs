@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use super::{AdminArgs, ClusterArgs, ServeArgs};
+use super::{AdminArgs, ClusterArgs, ListArgs, ServeArgs};
 use crate::{
     admin::{AdminState, ReadyFlag},
     audit::gauge::{self, Counted},
@@ -665,6 +665,8 @@ pub struct RunCommand {
     #[command(flatten)]
     webhook: ServeArgs,
     #[command(flatten)]
+    lists: ListArgs,
+    #[command(flatten)]
     controller: ControllerArgs,
 }
 
@@ -677,6 +679,7 @@ impl RunCommand {
     ) -> anyhow::Result<()> {
         let Self {
             webhook,
+            lists,
             controller,
         } = self;
         let client = cluster.client(NO_CLUSTER).await?;
@@ -692,7 +695,8 @@ impl RunCommand {
             tokio::spawn(async move { controller.run(client, metrics, ready, shutdown).await })
         };
         let served = async {
-            let (source, watches) = ClusterSource::start(client.clone()).await?;
+            let (source, watches) =
+                ClusterSource::start(client.clone(), lists.initial_list).await?;
             tokio::spawn(watches);
             prepared.serve(source, metrics, shutdown.clone()).await?;
             anyhow::Ok(())

@@ -23,7 +23,7 @@ pub use explain::{ExplainArgs, ReportFormat};
 pub use manifests::ManifestsArgs;
 pub use mutate::{MutateArgs, OutputFormat};
 pub use node_agent::NodeAgentArgs;
-pub use webhook::{AdminArgs, ServeArgs, TlsArgs, WebhookArgs};
+pub use webhook::{AdminArgs, ListArgs, ServeArgs, TlsArgs, WebhookArgs};
 
 use std::path::PathBuf;
 

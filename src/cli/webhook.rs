@@ -13,6 +13,7 @@ use crate::{
         serve_admin,
     },
     metrics::Metrics,
+    runtime::InitialList,
     source::{ClusterSource, FileSource, LookupLimits, Source},
     tls::{CertDir, RELOAD_PERIOD, TlsSource},
     webhook::{self, Limits, WebhookOptions},
@@ -373,6 +374,24 @@ pub struct WebhookArgs {
         value_delimiter = ','
     )]
     pub from: Vec<PathBuf>,
+    #[command(flatten)]
+    pub lists: ListArgs,
+}
+
+/// How the webhook's watches list in cluster mode (docs/design.md §5, Cluster mode).
+#[derive(Args, Debug, Clone)]
+pub struct ListArgs {
+    /// How the webhook's watches get their lists: `streaming` (one streaming list per watch,
+    /// the apiserver's WatchList; paged lists where the apiserver refuses it) or `paged`
+    /// (lists of 500, as before streaming lists).
+    #[arg(
+        long,
+        value_name = "STRATEGY",
+        value_enum,
+        default_value = "streaming",
+        env = "CHEIRON_INITIAL_LIST"
+    )]
+    pub initial_list: InitialList,
 }
 
 /// Parses `5`, `0.5` or `5s` as a duration in seconds.
@@ -430,7 +449,7 @@ impl WebhookArgs {
         cluster: &ClusterArgs,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
-        let Self { serve, from } = self;
+        let Self { serve, from, lists } = self;
         let metrics = Arc::new(super::process_metrics());
         if from.is_empty() {
             let client = cluster
@@ -442,7 +461,8 @@ impl WebhookArgs {
             // Bound first: the source logs what it found out about this identity, and a
             // failure after that line would be two lines.
             let prepared = serve.prepare(Some(&client)).await?;
-            let (source, watches) = ClusterSource::start(client.clone()).await?;
+            let (source, watches) =
+                ClusterSource::start(client.clone(), lists.initial_list).await?;
             tokio::spawn(watches);
             prepared.serve(source, metrics, shutdown).await?;
         } else {

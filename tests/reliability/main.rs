@@ -14,6 +14,7 @@
 //! | apiserver throttling cheiron (429) | the controller backs off and converges |
 //! | 10 000 foreign Secrets carrying cheiron's labels | controller memory stays bounded |
 //! | webhook not registered, then stopped (`failurePolicy: Ignore`) | `cheiron audit` reports the Pods admitted without it, with reason and fix |
+//! | apiserver without streaming lists (`WatchList=false`) | the webhook lists in pages, says so, and injects; with them, every watch streams |
 //! | churn soak (namespaces, managers, sources, foreign writers) | state equals the rules, nothing foreign changed, memory flat |
 
 use cheiron_harness as harness;
@@ -28,4 +29,5 @@ mod control_plane_faults;
 mod leader;
 mod memory;
 mod soak;
+mod watch_lists;
 mod webhook_faults;

@@ -17,11 +17,7 @@ use std::{
 
 use futures::{StreamExt, future};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::{
-    Api, Client, Resource,
-    core::PartialObjectMeta,
-    runtime::{WatchStreamExt, watcher},
-};
+use kube::{Api, Client, Resource, core::PartialObjectMeta, runtime::watcher};
 use serde::de::DeserializeOwned;
 
 use futures::future::BoxFuture;
@@ -36,7 +32,7 @@ use crate::{
         ApiCheckError, ClusterImagePullSecretManager, ImagePullSecretManager, ensure_crds, label,
     },
     policy::{InvalidManager, Manager, ManagerId, ManagerIndex, ManagerKind, NamespaceMeta, View},
-    runtime::{Relist, Step},
+    runtime::{InitialList, Relist, Step, WatchStream, watch},
 };
 
 /// A [`Source`] over the webhook's watches. Not ready until every watch has its first list.
@@ -86,9 +82,11 @@ impl View for ClusterView {
         inventory.namespaces.get(&inventory.symbols, name)
     }
 
+    /// Unknown until the first list of cheiron's Secrets is in: readiness does not wait for
+    /// it (the answer only feeds a warning).
     fn secret_exists(&self, namespace: &str, name: &str) -> Option<bool> {
         let inventory = self.inventory.read().ok()?;
-        let secrets = inventory.secrets.as_ref()?;
+        let secrets = inventory.secrets.as_ref().filter(|s| s.is_ready())?;
         Some(secrets.contains(&inventory.symbols, namespace, name))
     }
 }
@@ -170,9 +168,12 @@ impl Managers {
 
 /// Watches one manager kind into `view`'s index until the process ends. A relist drops, at its
 /// end, the managers of this kind it did not list.
-async fn watch_managers<K: WatchedManager>(client: Client, view: ClusterView) {
-    watcher(Api::<K>::all(client), watcher::Config::default())
-        .default_backoff()
+async fn watch_managers<K: WatchedManager>(
+    client: Client,
+    view: ClusterView,
+    initial: InitialList,
+) {
+    watch(Api::<K>::all(client), watcher::Config::default(), initial)
         .for_each(|event| {
             let event = match event {
                 Ok(event) => event,
@@ -189,18 +190,16 @@ async fn watch_managers<K: WatchedManager>(client: Client, view: ClusterView) {
         .await;
 }
 
-/// Watches `api` as metadata with `config`, handing each event to `apply` under the
-/// inventory's lock, until the process ends.
+/// Hands each event of `events` (a metadata watch) to `apply` under the inventory's lock,
+/// until the process ends.
 async fn watch_inventory<K>(
-    api: Api<PartialObjectMeta<K>>,
-    config: watcher::Config,
+    events: WatchStream<PartialObjectMeta<K>>,
     inventory: Arc<RwLock<Inventory>>,
     apply: impl Fn(&mut Inventory, &watcher::Event<PartialObjectMeta<K>>),
 ) where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    watcher(api, config)
-        .default_backoff()
+    events
         .for_each(|event| {
             match event {
                 Ok(event) => {
@@ -247,10 +246,12 @@ async fn may_list_secrets(client: &Client) -> bool {
 }
 
 impl ClusterSource {
-    /// Checks that the CRDs are served, then starts watching. Returns the source and the
-    /// future that drives the watches (spawn it; it runs until dropped).
+    /// Checks that the CRDs are served, then starts watching, listing as `initial` says.
+    /// Returns the source and the future that drives the watches (spawn it; it runs until
+    /// dropped).
     pub async fn start(
         client: Client,
+        initial: InitialList,
     ) -> Result<(Arc<Self>, impl Future<Output = ()> + Send), ApiCheckError> {
         ensure_crds(&client).await?;
         let watch_secrets = may_list_secrets(&client).await;
@@ -271,13 +272,15 @@ impl ClusterSource {
             client: client.clone(),
         });
 
-        let all = watcher::Config::default();
         let watches = future::join5(
-            watch_managers::<ImagePullSecretManager>(client.clone(), view.clone()),
-            watch_managers::<ClusterImagePullSecretManager>(client.clone(), view.clone()),
+            watch_managers::<ImagePullSecretManager>(client.clone(), view.clone(), initial),
+            watch_managers::<ClusterImagePullSecretManager>(client.clone(), view.clone(), initial),
             watch_inventory(
-                Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
-                all,
+                watch(
+                    Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+                    watcher::Config::default(),
+                    initial,
+                ),
                 view.inventory.clone(),
                 |inventory, event| {
                     let Inventory {
@@ -288,22 +291,34 @@ impl ClusterSource {
                     namespaces.apply(symbols, event);
                 },
             ),
-            async move {
-                if watch_secrets {
-                    watch_inventory(
-                        Api::<PartialObjectMeta<Secret>>::all(client),
-                        watcher::Config::default().labels(&label::managed_by_selector()),
-                        view.inventory.clone(),
-                        |inventory, event| {
-                            let Inventory {
-                                symbols, secrets, ..
-                            } = inventory;
-                            if let Some(secrets) = secrets {
-                                secrets.apply(symbols, event);
-                            }
-                        },
-                    )
-                    .await;
+            {
+                let source = source.clone();
+                async move {
+                    if watch_secrets {
+                        // Listed once the view is ready: every decision waits for the
+                        // Namespaces' list, none for this one, the largest by far, so it does
+                        // not share the apiserver's and this process's time with theirs.
+                        while !source.ready.load(Ordering::Acquire) {
+                            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                        }
+                        watch_inventory(
+                            watch(
+                                Api::<PartialObjectMeta<Secret>>::all(client),
+                                watcher::Config::default().labels(&label::managed_by_selector()),
+                                initial,
+                            ),
+                            view.inventory.clone(),
+                            |inventory, event| {
+                                let Inventory {
+                                    symbols, secrets, ..
+                                } = inventory;
+                                if let Some(secrets) = secrets {
+                                    secrets.apply(symbols, event);
+                                }
+                            },
+                        )
+                        .await;
+                    }
                 }
             },
             Self::mark_ready(source.clone()),
@@ -313,8 +328,11 @@ impl ClusterSource {
         }))
     }
 
-    /// Sets readiness once every watch has applied its first list. Polled: the watches are
-    /// plain loops that only flip flags.
+    /// Sets readiness once the managers' and the Namespaces' watches have applied their
+    /// first lists: every decision reads them. cheiron's Secrets are not waited for (at
+    /// 100 000 namespaces, 200 000 of them): until their list is in, whether a referenced
+    /// Secret exists is unknown, and an answer carries no "missing" warning. Polled: the
+    /// watches are plain loops that only flip flags.
     async fn mark_ready(self: Arc<Self>) {
         let v = &self.view;
         loop {
@@ -322,34 +340,52 @@ impl ClusterSource {
                 .managers
                 .read()
                 .is_ok_and(|m| m.relists.iter().all(Relist::is_listed));
-            let inventory = v.inventory.read().is_ok_and(|i| {
-                i.namespaces.is_ready() && i.secrets.as_ref().is_none_or(SecretSet::is_ready)
-            });
+            let inventory = v.inventory.read().is_ok_and(|i| i.namespaces.is_ready());
             if managers && inventory {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         self.ready.store(true, Ordering::Release);
-        let managers = v.managers.read().map(|m| m.index.len()).unwrap_or(0);
-        let (namespaces, secrets, strings) = v
-            .inventory
-            .read()
-            .map(|i| {
-                (
-                    i.namespaces.len(),
-                    i.secrets.as_ref().map(SecretSet::len),
-                    i.symbols.len(),
-                )
-            })
-            .unwrap_or_default();
+        let (managers, namespaces, strings) = self.counts();
         tracing::info!(
             managers,
             namespaces,
-            secrets,
             strings,
-            "caches synced; ready"
+            "managers and namespaces listed; ready"
         );
+        loop {
+            let listed = v
+                .inventory
+                .read()
+                .is_ok_and(|i| i.secrets.as_ref().is_some_and(SecretSet::is_ready));
+            if listed {
+                let secrets = v
+                    .inventory
+                    .read()
+                    .ok()
+                    .and_then(|i| i.secrets.as_ref().map(SecretSet::len));
+                let (_, _, strings) = self.counts();
+                tracing::info!(secrets, strings, "cheiron's Secrets listed");
+                break;
+            }
+            if v.inventory.read().is_ok_and(|i| i.secrets.is_none()) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Managers, namespaces and interned strings held.
+    fn counts(&self) -> (usize, usize, usize) {
+        let v = &self.view;
+        let managers = v.managers.read().map(|m| m.index.len()).unwrap_or(0);
+        let (namespaces, strings) = v
+            .inventory
+            .read()
+            .map(|i| (i.namespaces.len(), i.symbols.len()))
+            .unwrap_or_default();
+        (managers, namespaces, strings)
     }
 }
 
@@ -470,13 +506,28 @@ mod tests {
                     "metadata": {"name": "team", "labels": {"tier": "apps"}},
                 }))?),
             );
-            secrets.get_or_insert_with(SecretSet::default).apply(
+            let secrets = secrets.get_or_insert_with(SecretSet::default);
+            secrets.apply(symbols, &watcher::Event::Init);
+            secrets.apply(
                 symbols,
-                &watcher::Event::Apply(meta::<Secret>(serde_json::json!({
+                &watcher::Event::InitApply(meta::<Secret>(serde_json::json!({
                     "apiVersion": "v1", "kind": "Secret",
                     "metadata": {"name": "a", "namespace": "team"},
                 }))?),
             );
+        }
+        assert_eq!(
+            view.secret_exists("team", "b"),
+            None,
+            "unknown until the Secrets' first list is in"
+        );
+        if let Ok(mut inventory) = view.inventory.write() {
+            let Inventory {
+                symbols, secrets, ..
+            } = &mut *inventory;
+            if let Some(secrets) = secrets {
+                secrets.apply(symbols, &watcher::Event::InitDone);
+            }
         }
         assert_eq!(names(&view, "team"), ["older", "newer"]);
         assert_eq!(names(&view, "elsewhere"), ["newer"]);
