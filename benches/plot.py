@@ -26,7 +26,9 @@ MEMORY = [
 TIMES = [
     ("controller_converge_seconds", None, "controller: 100 managers converged", "#d62728", False),
     ("bare_client_seconds", None, "bare client, same writes", "#7f7f7f", True),
-    ("webhook_ready_seconds", None, "webhook: start → /readyz", "#1f77b4", False),
+    ("webhook_ready_seconds", None, "webhook: start → /readyz (streaming lists)", "#1f77b4", False),
+    ("webhook_ready_paged_seconds", None, "webhook: start → /readyz (paged lists)", "#17becf", True),
+    ("webhook_secrets_listed_seconds", None, "webhook: start → its Secrets listed", "#ff7f0e", True),
     ("controller_ready_seconds", None, "controller: start → /readyz", "#2ca02c", True),
 ]
 MEMORY_TARGETS = [(64, "webhook target at 100k: 64 MiB"), (128, "controller target: 128 MiB")]

@@ -13,7 +13,8 @@
 //!    and RSS again after 10 N unrelated Secrets and 5 N unrelated ServiceAccounts;
 //! 2. **webhook** at N namespaces, N/10 managers (100 cluster managers as above, the rest
 //!    namespaced) and about 2 N of cheiron's Secrets: a fresh `cheiron webhook` in cluster mode,
-//!    its time to `/readyz` and its RSS; then the same watches in this process and the pure
+//!    its time to `/readyz` and to its list of cheiron's Secrets, with paged and with streaming
+//!    lists (`--initial-list`), and its RSS; then the same watches in this process and the pure
 //!    decision (`admission::review` of a ServiceAccount CREATE in a random namespace) timed.
 //!
 //! Run: `cargo bench --bench scale -- --namespaces 10000 [--phases controller,webhook]`. The

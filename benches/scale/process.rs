@@ -2,7 +2,7 @@
 //! control plane's processes found by their command line, and what `/proc` says of them.
 
 use std::{
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -18,6 +18,7 @@ pub struct Cheiron {
     pub admin: String,
     /// Its log file.
     pub log: PathBuf,
+    started: Instant,
 }
 
 impl Cheiron {
@@ -51,6 +52,7 @@ impl Cheiron {
             child,
             admin: format!("http://{admin}"),
             log: path,
+            started: Instant::now(),
         })
     }
 
@@ -59,12 +61,13 @@ impl Cheiron {
         self.child.id()
     }
 
-    /// Waits until `/readyz` answers 200 (at most `within`) and returns how long that took.
+    /// Waits until `/readyz` answers 200 (at most `within`) and returns how long after its
+    /// start that was.
     pub async fn until_ready(&mut self, within: Duration) -> Result<Duration> {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(2))
             .build()?;
-        let started = Instant::now();
+        let started = self.started;
         loop {
             if let Some(status) = self.child.try_wait()? {
                 return Err(
@@ -82,6 +85,29 @@ impl Cheiron {
             if started.elapsed() > within {
                 return Err(format!(
                     "cheiron not ready after {within:?}; see {}",
+                    self.log.display()
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until its log holds `text` (at most `within` from its start) and returns how long
+    /// after its start that was.
+    pub async fn until_logged(&mut self, text: &str, within: Duration) -> Result<Duration> {
+        loop {
+            if std::fs::read_to_string(&self.log).is_ok_and(|log| log.contains(text)) {
+                return Ok(self.started.elapsed());
+            }
+            if let Some(status) = self.child.try_wait()? {
+                return Err(
+                    format!("cheiron exited ({status}); see {}", self.log.display()).into(),
+                );
+            }
+            if self.started.elapsed() > within {
+                return Err(format!(
+                    "{text:?} not logged after {within:?}; see {}",
                     self.log.display()
                 )
                 .into());
@@ -174,44 +200,7 @@ pub fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
-/// CPU seconds (user + system) process `pid` has used so far.
-pub fn cpu_seconds(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .ok_or("odd /proc/PID/stat")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| -> Result<f64> {
-        Ok(fields
-            .get(i)
-            .ok_or("short /proc/PID/stat")?
-            .parse::<f64>()?)
-    };
-    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
-    Ok((ticks(11)? + ticks(12)?) / 100.0)
-}
-
-/// The pid of the control plane's `binary` (`kube-apiserver`, `etcd`) of this run: its command
-/// line names a file in the run directory.
-pub fn control_plane_pid(dir: &Path, binary: &str) -> Option<u32> {
-    let dir = dir.to_string_lossy().into_owned();
-    std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .find_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let args: Vec<String> = cmdline
-                .split(|b| *b == 0)
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            let program = args.first()?;
-            (program.ends_with(&format!("/{binary}")) && args.iter().any(|a| a.contains(&dir)))
-                .then_some(pid)
-        })
-}
+pub use cheiron_harness::{control_plane_pid, cpu_seconds};
 
 /// The 1-minute load average, as a note on how busy the machine was.
 pub fn load_average() -> f64 {

@@ -8,6 +8,7 @@ use cheiron::{
     admin::Readiness,
     admission,
     api::{ClusterImagePullSecretManager, ImagePullSecretManager},
+    runtime::InitialList,
     source::{ClusterSource, Source},
 };
 use cheiron_harness::Cluster;
@@ -95,25 +96,69 @@ pub async fn run(client: &Client, cluster: &Cluster, n: usize) -> Result<Vec<Row
     eprintln!("[scale] webhook: the cluster holds {shape}");
 
     let tls = cluster.webhook_tls_dir().to_string_lossy().into_owned();
-    let mut webhook = Cheiron::start(
-        cluster,
-        "scale-webhook",
-        &[
-            "webhook",
-            "--listen",
-            "127.0.0.1:0",
-            "--tls-cert-dir",
-            &tls,
-            "--shutdown-delay",
-            "0",
-        ],
-        "info",
-    )?;
-    let ready = webhook.until_ready(Duration::from_secs(600)).await?;
-    eprintln!("[scale]   /readyz 200 after {ready:.1?}; sampling VmRSS");
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let m = process::max_memory(webhook.pid(), 10).await?;
-    webhook.stop();
+    // Each strategy twice, alternating, on the same warm apiserver; the last run is sampled.
+    let mut times: [Vec<(Duration, Duration)>; 2] = [Vec::new(), Vec::new()];
+    let mut memory = None;
+    for (round, strategy) in ["paged", "streaming", "paged", "streaming"]
+        .iter()
+        .enumerate()
+    {
+        let mut webhook = Cheiron::start(
+            cluster,
+            &format!("scale-webhook-{round}-{strategy}"),
+            &[
+                "webhook",
+                "--listen",
+                "127.0.0.1:0",
+                "--tls-cert-dir",
+                &tls,
+                "--shutdown-delay",
+                "0",
+                "--initial-list",
+                strategy,
+            ],
+            "info",
+        )?;
+        let ready = webhook.until_ready(Duration::from_secs(600)).await?;
+        let listed = webhook
+            .until_logged("cheiron's Secrets listed", Duration::from_secs(600))
+            .await?;
+        eprintln!(
+            "[scale]   {strategy} lists: /readyz 200 after {ready:.1?}, cheiron's Secrets \
+             listed after {listed:.1?}"
+        );
+        times[usize::from(*strategy == "streaming")].push((ready, listed));
+        if round == 3 {
+            eprintln!("[scale]   sampling VmRSS");
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            memory = Some(process::max_memory(webhook.pid(), 10).await?);
+        }
+        webhook.stop();
+    }
+    let m = memory.ok_or("the last webhook was not sampled")?;
+    let [paged, streaming] = &times;
+    // One row per (runs, which time): the worst of the runs, and every run.
+    let timed = |key: &str, what: &str, runs: &[(Duration, Duration)], listed: bool| {
+        let pick = |t: &(Duration, Duration)| if listed { t.1 } else { t.0 };
+        let worst = runs.iter().map(pick).max().unwrap_or_default();
+        let all: Vec<String> = runs
+            .iter()
+            .map(|t| format!("{:.1} s", pick(t).as_secs_f64()))
+            .collect();
+        let row = Row::info(
+            key,
+            format!("webhook: start → {what}, worst of {} ({shape})", runs.len()),
+            format!("{:.1} s (runs: {})", worst.as_secs_f64(), all.join(", ")),
+            worst.as_secs_f64(),
+        );
+        (row, worst)
+    };
+    let (ready_row, ready) = timed(
+        "webhook_ready_seconds",
+        "/readyz 200, streaming lists",
+        streaming,
+        false,
+    );
     let (target, limit) = if n >= 100_000 {
         ("< 64 MiB", 64.0)
     } else if n >= 10_000 {
@@ -122,19 +167,34 @@ pub async fn run(client: &Client, cluster: &Cluster, n: usize) -> Result<Vec<Row
         ("—", f64::INFINITY)
     };
     let mut rows = vec![
-        Row::info(
-            "webhook_ready_seconds",
-            format!("webhook: start → /readyz 200 ({shape})"),
-            format!("{:.1} s", ready.as_secs_f64()),
-            ready.as_secs_f64(),
+        ready_row.target("≤ 3 s", ready <= Duration::from_secs(3)),
+        timed(
+            "webhook_ready_paged_seconds",
+            "/readyz 200, paged lists (--initial-list paged)",
+            paged,
+            false,
         )
-        .target("within seconds", ready < Duration::from_secs(10)),
+        .0,
+        timed(
+            "webhook_secrets_listed_seconds",
+            "cheiron's Secrets listed (\"Secret missing\" warnings known), streaming lists",
+            streaming,
+            true,
+        )
+        .0,
+        timed(
+            "webhook_secrets_listed_paged_seconds",
+            "cheiron's Secrets listed, paged lists",
+            paged,
+            true,
+        )
+        .0,
         {
             let row = Row::info(
                 "webhook_rss_mib",
-                format!("webhook RSS, cluster mode ({shape})"),
+                format!("webhook RSS, cluster mode, streaming lists ({shape})"),
                 format!(
-                    "{:.1} MiB (max of 10 samples from 5 s after /readyz; RssAnon {:.1} + RssFile {:.1}; VmHWM {:.1})",
+                    "{:.1} MiB (max of 10 samples from 5 s after the Secrets were listed; RssAnon {:.1} + RssFile {:.1}; VmHWM {:.1})",
                     mib(m.rss),
                     mib(m.anon),
                     mib(m.file),
@@ -156,7 +216,7 @@ pub async fn run(client: &Client, cluster: &Cluster, n: usize) -> Result<Vec<Row
 /// Starts the webhook's watches in this process and times `admission::review` of a
 /// ServiceAccount CREATE in random namespaces of the measured set.
 async fn decision(client: &Client, n: usize, shape: &str) -> Result<Row> {
-    let (source, watches) = ClusterSource::start(client.clone()).await?;
+    let (source, watches) = ClusterSource::start(client.clone(), InitialList::Streaming).await?;
     let watches = tokio::spawn(watches);
     let started = Instant::now();
     while !source.is_ready() {
@@ -166,6 +226,15 @@ async fn decision(client: &Client, n: usize, shape: &str) -> Result<Row> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let view = source.view();
+    // Timed with every answer known, "Secret missing" warnings included.
+    while view.secret_exists(&namespace(0), "any").is_none() {
+        if started.elapsed() > Duration::from_secs(600) {
+            return Err(
+                "the in-process watch of cheiron's Secrets did not list within 600 s".into(),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // A small xorshift: the namespaces are spread, the run is repeatable.
     let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut next = move || {

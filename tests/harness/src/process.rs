@@ -156,6 +156,46 @@ pub fn rss_bytes(pid: u32) -> Result<u64> {
     Ok(kib * 1024)
 }
 
+/// CPU seconds (user + system) process `pid` has used so far.
+pub fn cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|e| format!("cannot read /proc/{pid}/stat: {e}"))?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or("odd /proc/PID/stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> Result<f64> {
+        Ok(fields
+            .get(i)
+            .ok_or("short /proc/PID/stat")?
+            .parse::<f64>()?)
+    };
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
+    Ok((ticks(11)? + ticks(12)?) / 100.0)
+}
+
+/// The pid of the control plane's `binary` (`kube-apiserver`, `etcd`) of this run: its command
+/// line names a file in the run directory.
+pub fn control_plane_pid(dir: &Path, binary: &str) -> Option<u32> {
+    let dir = dir.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let args: Vec<String> = cmdline
+                .split(|b| *b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            let program = args.first()?;
+            (program.ends_with(&format!("/{binary}")) && args.iter().any(|a| a.contains(&dir)))
+                .then_some(pid)
+        })
+}
+
 /// The last `lines` lines of a log file (or why it cannot be read).
 pub fn log_tail(path: &Path, lines: usize) -> String {
     match std::fs::read(path) {
