@@ -235,6 +235,15 @@ impl CheironProcess {
         self.process.lock().ok()?.exited()
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> Result<u32> {
+        Ok(self
+            .process
+            .lock()
+            .map_err(|_| "process lock poisoned")?
+            .pid())
+    }
+
     /// Its resident set size in bytes.
     pub fn rss_bytes(&self) -> Result<u64> {
         let pid = self
