@@ -121,7 +121,7 @@ pub async fn run(client: &Client, cluster: &Cluster, n: usize) -> Result<Vec<Row
         )?;
         let ready = webhook.until_ready(Duration::from_secs(600)).await?;
         let listed = webhook
-            .until_logged("cheiron's Secrets listed", Duration::from_secs(600))
+            .until_logged("first list in kind=Secret", Duration::from_secs(600))
             .await?;
         eprintln!(
             "[scale]   {strategy} lists: /readyz 200 after {ready:.1?}, cheiron's Secrets \

@@ -331,8 +331,9 @@ impl ClusterSource {
     /// Sets readiness once the managers' and the Namespaces' watches have applied their
     /// first lists: every decision reads them. cheiron's Secrets are not waited for (at
     /// 100 000 namespaces, 200 000 of them): until their list is in, whether a referenced
-    /// Secret exists is unknown, and an answer carries no "missing" warning. Polled: the
-    /// watches are plain loops that only flip flags.
+    /// Secret exists is unknown, and an answer carries no "missing" warning (the watch logs
+    /// `first list in` when it is in). Polled: the watches are plain loops that only flip
+    /// flags.
     async fn mark_ready(self: Arc<Self>) {
         let v = &self.view;
         loop {
@@ -347,45 +348,18 @@ impl ClusterSource {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         self.ready.store(true, Ordering::Release);
-        let (managers, namespaces, strings) = self.counts();
-        tracing::info!(
-            managers,
-            namespaces,
-            strings,
-            "managers and namespaces listed; ready"
-        );
-        loop {
-            let listed = v
-                .inventory
-                .read()
-                .is_ok_and(|i| i.secrets.as_ref().is_some_and(SecretSet::is_ready));
-            if listed {
-                let secrets = v
-                    .inventory
-                    .read()
-                    .ok()
-                    .and_then(|i| i.secrets.as_ref().map(SecretSet::len));
-                let (_, _, strings) = self.counts();
-                tracing::info!(secrets, strings, "cheiron's Secrets listed");
-                break;
-            }
-            if v.inventory.read().is_ok_and(|i| i.secrets.is_none()) {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Managers, namespaces and interned strings held.
-    fn counts(&self) -> (usize, usize, usize) {
-        let v = &self.view;
         let managers = v.managers.read().map(|m| m.index.len()).unwrap_or(0);
         let (namespaces, strings) = v
             .inventory
             .read()
             .map(|i| (i.namespaces.len(), i.symbols.len()))
             .unwrap_or_default();
-        (managers, namespaces, strings)
+        tracing::info!(
+            managers,
+            namespaces,
+            strings,
+            "managers and namespaces listed; ready"
+        );
     }
 }
 

@@ -70,6 +70,7 @@ impl SecretSet {
     }
 
     /// Secrets known.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.current.len()
     }
