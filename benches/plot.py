@@ -22,6 +22,7 @@ MEMORY = [
     ("controller_idle_rss_mib", None, "controller RSS, idle", "#2ca02c", True),
     ("controller_rss_mib", None, "controller RSS after the backfill", "#d62728", False),
     ("controller_rss_unrelated_mib", None, "controller RSS, + unrelated objects", "#9467bd", True),
+    ("wide_controller_rss_mib", None, "controller RSS after the backfill, 1 manager (wide)", "#8c564b", False),
 ]
 TIMES = [
     ("controller_converge_seconds", None, "controller: 100 managers converged", "#d62728", False),
@@ -30,8 +31,14 @@ TIMES = [
     ("webhook_ready_paged_seconds", None, "webhook: start → /readyz (paged lists)", "#17becf", True),
     ("webhook_secrets_listed_seconds", None, "webhook: start → its Secrets listed", "#ff7f0e", True),
     ("controller_ready_seconds", None, "controller: start → /readyz", "#2ca02c", True),
+    ("wide_controller_converge_seconds", None, "controller: 1 manager converged (wide)", "#8c564b", False),
+    ("wide_bare_client_seconds", None, "bare client, same writes (wide)", "#bcbd22", True),
 ]
-MEMORY_TARGETS = [(64, "webhook target at 100k: 64 MiB"), (128, "controller target: 128 MiB")]
+MEMORY_TARGETS = [
+    (64, "webhook target at 100k: 64 MiB"),
+    (128, "controller target: 128 MiB"),
+    (256, "controller target at 100k (wide): 256 MiB"),
+]
 
 
 def load():

@@ -28,9 +28,9 @@ use crate::{
     Result,
     controller::{
         BARE_ANNOTATION, BARE_WITH_ANNOTATION, MANAGERS_AT_ONCE, PATCH_ATTEMPTS, WRITES_IN_FLIGHT,
-        index_of, namespaces_of_manager,
+        index_of,
     },
-    objects::{self, CLUSTER_MANAGERS, namespace},
+    objects::{self, Shape, namespace},
 };
 
 /// The JSON Patch adding `name` to `sa` as cheiron's would (a `test` of the resourceVersion,
@@ -116,7 +116,12 @@ async fn bare_patch_service_account(
 /// the other managers' writes left), synced before the clock starts. Timed from the first
 /// write to the last answer. Returns the time, the number of writes and of patches that lost
 /// a race and were made again.
-pub async fn bare_client(client: &Client, n: usize, tag: &str) -> Result<(Duration, usize, usize)> {
+pub async fn bare_client(
+    client: &Client,
+    n: usize,
+    tag: &str,
+    shape: Shape,
+) -> Result<(Duration, usize, usize)> {
     let (cache, writer) = reflector::store::<ServiceAccount>();
     let watch = tokio::spawn(
         watcher(
@@ -138,13 +143,13 @@ pub async fn bare_client(client: &Client, n: usize, tag: &str) -> Result<(Durati
     let conflicts = Arc::new(AtomicUsize::new(0));
     let writes = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
-    stream::iter(0..CLUSTER_MANAGERS)
+    stream::iter(0..shape.managers)
         .map(|j| {
             let (by_namespace, writes) = (by_namespace.clone(), writes.clone());
             let (cache, conflicts) = (cache.clone(), conflicts.clone());
             async move {
                 let name = format!("{tag}-{j}-pull");
-                let targets = namespaces_of_manager(j, n);
+                let targets = shape.namespaces_of_manager(j, n);
                 stream::iter(targets.iter())
                     .map(|i| {
                         let name = name.clone();

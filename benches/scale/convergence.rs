@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 use crate::{
     Result,
     controller::index_of,
-    objects::{EXTRA_SERVICE_ACCOUNTS, cluster_secret, managers_of_namespace},
+    objects::{Shape, cluster_secret},
 };
 
 /// Watches of cheiron's Secrets and of the ServiceAccounts that note when every expected
@@ -29,15 +29,16 @@ pub struct Convergence {
 }
 
 impl Convergence {
-    pub async fn start(client: &Client, n: usize) -> Result<Self> {
-        let expected = |i: usize| -> Vec<String> {
-            managers_of_namespace(i)
+    pub async fn start(client: &Client, n: usize, shape: Shape) -> Result<Self> {
+        let expected = move |i: usize| -> Vec<String> {
+            shape
+                .managers_of_namespace(i)
                 .into_iter()
                 .map(cluster_secret)
                 .collect()
         };
         let secrets_expected: usize = (0..n).map(|i| expected(i).len()).sum();
-        let accounts_expected = n * (EXTRA_SERVICE_ACCOUNTS + 1);
+        let accounts_expected = n * shape.accounts;
         let secrets: Api<PartialObjectMeta<Secret>> = Api::all(client.clone());
         let accounts: Api<ServiceAccount> = Api::all(client.clone());
         let secret_events = watcher(

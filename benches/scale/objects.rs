@@ -57,6 +57,64 @@ pub fn managers_of_namespace(i: usize) -> Vec<usize> {
     }
 }
 
+/// What the controller phase sets up and converges: how many cluster managers, and how many
+/// ServiceAccounts each namespace has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Cluster managers applied.
+    pub managers: usize,
+    /// ServiceAccounts per namespace, `default` included.
+    pub accounts: usize,
+}
+
+impl Shape {
+    /// The `controller` phase: [`CLUSTER_MANAGERS`] cluster managers (one over every namespace,
+    /// the others over a slice each) and `default` + [`EXTRA_SERVICE_ACCOUNTS`] per namespace.
+    pub const MANY: Self = Self {
+        managers: CLUSTER_MANAGERS,
+        accounts: EXTRA_SERVICE_ACCOUNTS + 1,
+    };
+    /// The `wide` phase: one cluster manager over every namespace, `default` only: one Secret
+    /// and one ServiceAccount patch per namespace, affordable at 100 000 namespaces.
+    pub const WIDE: Self = Self {
+        managers: 1,
+        accounts: 1,
+    };
+
+    /// The cluster managers whose scope holds namespace `i`, by index.
+    pub fn managers_of_namespace(self, i: usize) -> Vec<usize> {
+        if self.managers == 1 {
+            vec![0]
+        } else {
+            managers_of_namespace(i)
+        }
+    }
+
+    /// The namespaces of the measured set (of `n`) cluster manager `j` covers.
+    pub fn namespaces_of_manager(self, j: usize, n: usize) -> Vec<usize> {
+        (0..n)
+            .filter(|i| self.managers_of_namespace(*i).contains(&j))
+            .collect()
+    }
+
+    /// The name of ServiceAccount `k` of a namespace (`default` first).
+    pub fn account_name(k: usize) -> String {
+        match k {
+            0 => "default".to_owned(),
+            k => format!("sa-{k}"),
+        }
+    }
+
+    /// A figure's key in the results file: the `wide` phase's are prefixed `wide_`.
+    pub fn key(self, key: &str) -> String {
+        if self == Self::WIDE {
+            format!("wide_{key}")
+        } else {
+            key.to_owned()
+        }
+    }
+}
+
 /// Runs `make(i)` for `0..count`, [`CREATE_CONCURRENCY`] at a time, reporting progress.
 pub async fn many<F, Fut>(what: &str, count: usize, make: F) -> Result
 where
@@ -152,37 +210,6 @@ pub async fn create_service_account(client: &Client, ns: &str, name: &str) -> Re
             .create(&PostParams::default(), &sa)
             .await,
     )
-}
-
-/// Waits (at most `within`) until `expected` ServiceAccounts named `default` exist.
-pub async fn until_default_service_accounts(
-    client: &Client,
-    expected: usize,
-    within: std::time::Duration,
-) -> Result {
-    let api: Api<PartialObjectMeta<ServiceAccount>> = Api::all(client.clone());
-    let started = Instant::now();
-    loop {
-        let have = api
-            .list_metadata(&ListParams::default().fields("metadata.name=default"))
-            .await?
-            .items
-            .len();
-        if have >= expected {
-            eprintln!(
-                "[scale]   {have} default ServiceAccounts after {:.1?}",
-                started.elapsed()
-            );
-            return Ok(());
-        }
-        if started.elapsed() > within {
-            eprintln!(
-                "[scale]   only {have}/{expected} default ServiceAccounts after {within:?}; going on"
-            );
-            return Ok(());
-        }
-        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-    }
 }
 
 /// A small Secret nothing of cheiron's selects.

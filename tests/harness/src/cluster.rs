@@ -13,7 +13,7 @@ use kube::Client;
 
 use super::{
     Cheiron, Result, Scenario,
-    control_plane::{ControlPlane, apiserver_log_lines},
+    control_plane::{ControlPlane, ControlPlaneOptions, apiserver_log_lines},
     process::log_tail,
     webhook::{self, WebhookCertificates, WebhookProcess},
 };
@@ -80,7 +80,8 @@ impl Cluster {
     }
 
     async fn start(cheiron: Cheiron, dir: PathBuf) -> Result<Self> {
-        let control_plane = ControlPlane::start(&dir).await?;
+        let options = OPTIONS.get().cloned().unwrap_or_default();
+        let control_plane = ControlPlane::start_with(&dir, options).await?;
         let client = Client::try_from(control_plane.admin_config.clone())?;
         webhook::install_crds(cheiron, &client).await?;
 
@@ -158,8 +159,27 @@ static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
 /// The cluster running `cheiron`, started on the first call (which blocks until it is up or has
 /// failed; every later call returns the same outcome).
 pub fn start(cheiron: Cheiron) -> Result<&'static Cluster> {
+    // A cluster started without options is started with the defaults, whoever asks later.
+    OPTIONS.get_or_init(ControlPlaneOptions::default);
     let cluster = CLUSTER.get_or_init(|| start_on_own_thread("cluster", cheiron, Cluster::start));
     outcome(cluster)
+}
+
+/// What the cluster's control plane is started with: fixed by the first [`start`] or
+/// [`start_with`] of the process.
+static OPTIONS: OnceLock<ControlPlaneOptions> = OnceLock::new();
+
+/// [`start`], with a control plane started with `options`; refused when the cluster of this
+/// process is started, or is being started, with others.
+pub fn start_with(cheiron: Cheiron, options: ControlPlaneOptions) -> Result<&'static Cluster> {
+    let chosen = OPTIONS.get_or_init(|| options.clone());
+    if *chosen != options {
+        return Err(format!(
+            "the cluster of this process is started with {chosen:?}, not {options:?}"
+        )
+        .into());
+    }
+    start(cheiron)
 }
 
 /// Runs `start` in a fresh run directory on a thread of its own, with a runtime of its own (the

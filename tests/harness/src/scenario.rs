@@ -20,6 +20,7 @@ use kube::{
 use super::{
     Admitted, Cheiron, Result,
     cluster::{self, Cluster},
+    control_plane::ControlPlaneOptions,
     objects::{pod, service_account, string_map},
     wait::wait_for,
     webhook::{FIELD_MANAGER, WebhookProcess},
@@ -46,7 +47,17 @@ impl Scenario {
     /// the first test to need it (blocking until it is up), and returns a handle with a fresh
     /// client. `name` is a short slug of the test.
     pub async fn new(cheiron: Cheiron, name: &str) -> Result<Self> {
-        let cluster = cluster::start(cheiron)?;
+        Self::new_with(cheiron, name, ControlPlaneOptions::default()).await
+    }
+
+    /// [`Scenario::new`] on a cluster whose control plane is started with `options` (refused
+    /// when this process's cluster was started with others).
+    pub async fn new_with(
+        cheiron: Cheiron,
+        name: &str,
+        options: ControlPlaneOptions,
+    ) -> Result<Self> {
+        let cluster = cluster::start_with(cheiron, options)?;
         // Captured by the test harness and shown only when the test fails.
         eprintln!("cluster files and logs: {}", cluster.dir.display());
         Ok(Self::with_client(
