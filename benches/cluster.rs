@@ -388,6 +388,7 @@ async fn rotation(
     let mut cheiron_first = Vec::new();
     let (mut bare_costs, mut cheiron_costs) = (Vec::new(), Vec::new());
     let (mut shaped, mut shaped_costs) = (Vec::new(), Vec::new());
+    let (mut watched, mut watched_costs) = (Vec::new(), Vec::new());
     for round in 0..=ROTATION_ROUNDS {
         let (written, observed, costs) =
             bare_replace(client, meter, &format!("bare-{round}")).await?;
@@ -411,6 +412,20 @@ async fn rotation(
         shaped.push(written);
         shaped_costs.push(costs);
         quiesce(controller).await?;
+        // The same, with as many metadata watches of those Secrets open as cheiron's copies
+        // have (the controller's and the webhook's): what watching the copies costs the
+        // apiserver per write.
+        let watches = MetadataWatches::open(client, &format!("{SHAPED}=true"), 2).await?;
+        let (written, observed, costs) =
+            bare_replace_labelled(client, meter, SHAPED, &format!("watched-{round}")).await?;
+        drop(watches);
+        eprintln!(
+            "[bench] rotation round {round}: bare client, cheiron-shaped Secrets under 2 metadata watches {written:.2?} (all seen through a watch: {observed:.2?}); {}",
+            costs.describe()
+        );
+        watched.push(written);
+        watched_costs.push(costs);
+        quiesce(controller).await?;
         let (first, took, costs) = rotate_once(
             client,
             meter,
@@ -433,6 +448,8 @@ async fn rotation(
     let (bare_all, observed_all, cheiron_all) = (list(&bare), list(&bare_observed), list(&cheiron));
     let shaped_all = list(&shaped);
     let shaped_median = median(&mut shaped);
+    let watched_all = list(&watched);
+    let watched_median = median(&mut watched);
     let bare_median = median(&mut bare);
     let observed_median = median(&mut bare_observed);
     let cheiron_median = median(&mut cheiron);
@@ -484,6 +501,20 @@ async fn rotation(
             None,
         ),
         row(
+            &format!(
+                "rotation, {ROTATION_NAMESPACES} copies: the same cheiron-shaped writes with 2 metadata watches of them open, as cheiron's copies have (the controller's and the webhook's), until the last write returned (median of {})",
+                watched.len()
+            ),
+            format!(
+                "{} = {:.2} × bare writes, {:.2} × shaped (runs: {watched_all})",
+                ms(watched_median),
+                watched_median.as_secs_f64() / bare_median.as_secs_f64(),
+                watched_median.as_secs_f64() / shaped_median.as_secs_f64()
+            ),
+            "—",
+            None,
+        ),
+        row(
             "rotation, what a bare round cost (medians, from its first write until a watch saw the last)",
             Costs::median(&bare_costs).describe(),
             "—",
@@ -492,6 +523,12 @@ async fn rotation(
         row(
             "rotation, what a bare round of cheiron-shaped Secrets cost (medians, the same window)",
             Costs::median(&shaped_costs).describe(),
+            "—",
+            None,
+        ),
+        row(
+            "rotation, what a watched round of cheiron-shaped Secrets cost (medians, the same window)",
+            Costs::median(&watched_costs).describe(),
             "—",
             None,
         ),
@@ -659,6 +696,45 @@ async fn bare_replace_labelled(
     let observed = observer.done().await?.1.saturating_duration_since(started);
     let costs = meter.sample().await?.since(&before);
     Ok((written, observed, costs))
+}
+
+/// Metadata-only watches of the Secrets a label selector picks, open until dropped, as the
+/// controller and the webhook keep of cheiron's copies.
+struct MetadataWatches(Vec<tokio::task::JoinHandle<()>>);
+
+impl MetadataWatches {
+    /// Opens `count` watches and returns once each has its initial list.
+    async fn open(client: &Client, selector: &str, count: usize) -> Result<Self> {
+        let mut handles = Vec::new();
+        for _ in 0..count {
+            let (synced_tx, synced) = oneshot::channel::<()>();
+            let api: Api<PartialObjectMeta<Secret>> = Api::all(client.clone());
+            let config = kube::runtime::watcher::Config::default().labels(selector);
+            handles.push(tokio::spawn(async move {
+                let mut synced_tx = Some(synced_tx);
+                let mut events = kube::runtime::watcher(api, config).boxed();
+                while let Some(event) = events.next().await {
+                    if matches!(event, Ok(kube::runtime::watcher::Event::InitDone))
+                        && let Some(tx) = synced_tx.take()
+                    {
+                        let _ = tx.send(());
+                    }
+                }
+            }));
+            tokio::time::timeout(Duration::from_secs(60), synced)
+                .await
+                .map_err(|_| "a metadata watch did not list within 60 s")??;
+        }
+        Ok(Self(handles))
+    }
+}
+
+impl Drop for MetadataWatches {
+    fn drop(&mut self) {
+        for handle in &self.0 {
+            handle.abort();
+        }
+    }
 }
 
 /// What a round cost whom: the CPU seconds of the control plane's processes, cheiron's

@@ -8,12 +8,13 @@ use cheiron::{
     admin::Readiness,
     admission,
     api::{ClusterImagePullSecretManager, ImagePullSecretManager},
-    runtime::InitialList,
+    runtime::{self, InitialList},
     source::{ClusterSource, Source},
 };
 use cheiron_harness::Cluster;
+use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::{Client, api::ListParams};
+use kube::{Api, Client, api::ListParams, core::PartialObjectMeta, runtime::watcher};
 use serde_json::json;
 
 use crate::{
@@ -209,8 +210,65 @@ pub async fn run(client: &Client, cluster: &Cluster, n: usize) -> Result<Vec<Row
             }
         },
     ];
+    rows.push(namespace_lists(client).await?);
     rows.push(decision(client, n, &shape).await?);
     Ok(rows)
+}
+
+/// How long one streaming list of every Namespace takes in this process, as the webhook's
+/// watch asks for it (metadata only) and as full objects: the apiserver keeps the encodings of
+/// full objects it sends to watchers, not of their metadata-only form. Alternating, 3 each.
+async fn namespace_lists(client: &Client) -> Result<Row> {
+    async fn first_list<K>(api: Api<K>) -> Result<(Duration, usize)>
+    where
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + 'static,
+    {
+        let started = Instant::now();
+        let mut events = runtime::watch(api, watcher::Config::default(), InitialList::Streaming);
+        let mut objects = 0;
+        while let Some(event) = events.try_next().await? {
+            match event {
+                watcher::Event::InitApply(_) => objects += 1,
+                watcher::Event::InitDone => return Ok((started.elapsed(), objects)),
+                _ => {}
+            }
+        }
+        Err("the Namespaces' watch ended before its list".into())
+    }
+    let (mut metadata, mut full) = (Vec::new(), Vec::new());
+    let mut count = 0;
+    for _ in 0..3 {
+        let (took, n) =
+            first_list(Api::<PartialObjectMeta<Namespace>>::all(client.clone())).await?;
+        metadata.push(took);
+        let (took_full, _) = first_list(Api::<Namespace>::all(client.clone())).await?;
+        full.push(took_full);
+        count = n;
+        eprintln!(
+            "[scale]   Namespaces' streaming list in this process: metadata {took:.1?}, full objects {took_full:.1?}"
+        );
+    }
+    let seconds =
+        |runs: &[Duration]| -> Vec<f64> { runs.iter().map(Duration::as_secs_f64).collect() };
+    let show = |runs: &[Duration]| -> String {
+        runs.iter()
+            .map(|d| format!("{:.1} s", d.as_secs_f64()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Ok(Row::info(
+        "namespace_list_seconds",
+        format!(
+            "one streaming list of the {count} Namespaces in the bench's process: metadata only (as the webhook watches them) / full objects"
+        ),
+        format!("{} / {}", show(&metadata), show(&full)),
+        json!({"metadata": seconds(&metadata), "full": seconds(&full)}),
+    ))
 }
 
 /// Starts the webhook's watches in this process and times `admission::review` of a
