@@ -90,6 +90,7 @@ pub async fn sync_in(
     updates.extend(repairs);
     let repaired = u64::try_from(plan.repairs).unwrap_or(u64::MAX);
     target.metrics.reconcile.secrets_repaired.inc_by(repaired);
+    let creates = creates.into_iter().map(|create| create.secret());
     issues.extend(write_secrets(target, id, creates, updates).await);
     for lost in &plan.lost {
         issues.push(Issue::new(

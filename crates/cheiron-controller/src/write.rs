@@ -63,13 +63,13 @@ pub(super) async fn fetch_sources(
 }
 
 /// Creates `creates` and replaces `updates`, [`WRITE_CONCURRENCY`] at a time, and returns
-/// what could not be written. Taken by value: each Secret (data and all) is dropped once
-/// written, instead of all of them living until the last write (10 000 of them for a manager
-/// over 10 000 namespaces).
+/// what could not be written. Taken by value and pulled as the writes go: each Secret (data
+/// and all) is built, or kept, only until it is written, instead of all of them living until
+/// the last write (100 000 of them for a manager over 100 000 namespaces).
 pub(super) async fn write_secrets(
     ctx: &Cluster,
     manager: &ManagerId,
-    creates: Vec<Secret>,
+    creates: impl IntoIterator<Item = Secret, IntoIter: Send> + Send,
     updates: Vec<Secret>,
 ) -> Vec<Issue> {
     enum Outcome {

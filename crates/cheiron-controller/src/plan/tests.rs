@@ -72,6 +72,11 @@ fn ns(names: &[&str]) -> Vec<NamespaceMeta> {
     names.iter().map(|n| NamespaceMeta::named(*n)).collect()
 }
 
+/// The Secrets `creates` stand for, as written.
+fn built(creates: &[Create]) -> Vec<Secret> {
+    creates.iter().map(Create::secret).collect()
+}
+
 fn names(secrets: &[Secret]) -> Vec<String> {
     secrets
         .iter()
@@ -83,6 +88,35 @@ fn names(secrets: &[Secret]) -> Vec<String> {
             )
         })
         .collect()
+}
+
+#[test]
+fn creates_share_one_secret_per_entry_and_build_what_the_plan_would_have_held() -> TestResult {
+    let m = cluster("a", "2026-01-01T00:00:00Z", "")?;
+    let names: Vec<String> = (0..100).map(|i| format!("ns-{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let p = plan(
+        &m,
+        &owner("u1"),
+        &[want("pull", Some(b"{}"))],
+        &ns(&refs),
+        std::slice::from_ref(&m),
+        NO_SECRETS,
+    );
+    assert_eq!(p.creates.len(), 100);
+    // One Secret for all 100 namespaces, not 100 of them.
+    assert!(
+        p.creates
+            .iter()
+            .all(|c| Arc::ptr_eq(&c.template, &p.creates[0].template))
+    );
+    for c in &p.creates {
+        assert_eq!(
+            c.secret(),
+            secret(&c.namespace, "pull", b"{}", &m.id, &owner("u1"))
+        );
+    }
+    Ok(())
 }
 
 #[test]
@@ -103,8 +137,8 @@ fn creates_the_secret_in_every_target_namespace_with_labels_and_owner() -> TestR
         NO_SECRETS,
     );
     assert_eq!(p.targets, ["one", "two"]);
-    assert_eq!(names(&p.creates), ["one/pull", "two/pull"]);
-    let s = &p.creates[0];
+    assert_eq!(names(&built(&p.creates)), ["one/pull", "two/pull"]);
+    let s = &p.creates[0].secret();
     assert_eq!(s.type_.as_deref(), Some("kubernetes.io/dockerconfigjson"));
     let labels = s.metadata.labels.clone().unwrap_or_default();
     assert_eq!(
@@ -245,7 +279,7 @@ fn creation_time_decides_not_the_name() -> TestResult {
         &claimants,
         NO_SECRETS,
     );
-    assert_eq!(names(&p.creates), ["one/pull"]);
+    assert_eq!(names(&built(&p.creates)), ["one/pull"]);
     Ok(())
 }
 
@@ -313,9 +347,10 @@ fn namespaced_managers_target_only_their_own_namespace() -> TestResult {
         std::slice::from_ref(&m),
         NO_SECRETS,
     );
-    assert_eq!(names(&p.creates), ["team/pull"]);
+    assert_eq!(names(&built(&p.creates)), ["team/pull"]);
     assert_eq!(
         p.creates[0]
+            .template
             .metadata
             .labels
             .as_ref()
@@ -349,7 +384,7 @@ fn secrets_with_the_managed_by_label_but_no_manager_labels_are_never_taken_over(
     );
     assert!(p.updates.is_empty() && p.deletes.is_empty());
     // A create is planned; it fails on the existing name and is reported as a conflict.
-    assert_eq!(names(&p.creates), ["one/pull"]);
+    assert_eq!(names(&built(&p.creates)), ["one/pull"]);
     Ok(())
 }
 
@@ -381,7 +416,7 @@ fn a_look_alike_with_all_of_cheirons_labels_but_no_owner_reference_is_never_writ
     );
     assert!(p.deletes.is_empty(), "never deleted: {:?}", p.deletes);
     // The create fails on the existing name and is reported as a conflict.
-    assert_eq!(names(&p.creates), ["one/pull"]);
+    assert_eq!(names(&built(&p.creates)), ["one/pull"]);
     Ok(())
 }
 
@@ -436,7 +471,7 @@ fn a_source_serving_its_own_namespace_is_in_step_and_neither_written_nor_a_confl
         NO_SECRETS,
     );
     assert_eq!(p.targets, ["team"]);
-    assert!(p.creates.is_empty(), "{:?}", names(&p.creates));
+    assert!(p.creates.is_empty(), "{:?}", names(&built(&p.creates)));
     assert!(p.updates.is_empty() && p.deletes.is_empty() && p.lost.is_empty());
     assert_eq!(p.unchanged, 1, "counted as in step");
     Ok(())
@@ -459,7 +494,7 @@ fn a_copy_of_a_source_from_another_namespace_is_still_created() -> TestResult {
         NO_SECRETS,
     );
     assert_eq!(
-        names(&p.creates),
+        names(&built(&p.creates)),
         ["one/pull"],
         "not into the source's own namespace"
     );
