@@ -35,10 +35,14 @@ use crate::{
     runtime::{InitialList, Relist, Step, WatchStream, watch},
 };
 
-/// A [`Source`] over the webhook's watches. Not ready until every watch has its first list.
+/// A [`Source`] over the webhook's watches. Ready once both manager kinds are listed; the
+/// Namespaces' list may still be coming in (a namespace not in it yet is looked up, or waited
+/// for), and cheiron's Secrets are listed after it.
 pub struct ClusterSource {
     view: ClusterView,
     ready: AtomicBool,
+    /// True once the Namespaces' first list is in.
+    namespaces_listed: tokio::sync::watch::Sender<bool>,
     client: Client,
 }
 
@@ -66,6 +70,20 @@ struct Managers {
 pub struct ClusterView {
     managers: Arc<RwLock<Managers>>,
     inventory: Arc<RwLock<Inventory>>,
+}
+
+impl ClusterView {
+    /// Whether both manager kinds' first lists are in.
+    fn managers_listed(&self) -> bool {
+        self.managers
+            .read()
+            .is_ok_and(|m| m.relists.iter().all(Relist::is_listed))
+    }
+
+    /// Whether the Namespaces' first list is in.
+    fn namespaces_listed(&self) -> bool {
+        self.inventory.read().is_ok_and(|i| i.namespaces.is_ready())
+    }
 }
 
 impl View for ClusterView {
@@ -269,6 +287,7 @@ impl ClusterSource {
         let source = Arc::new(Self {
             view: view.clone(),
             ready: AtomicBool::new(false),
+            namespaces_listed: tokio::sync::watch::Sender::new(false),
             client: client.clone(),
         });
 
@@ -295,12 +314,10 @@ impl ClusterSource {
                 let source = source.clone();
                 async move {
                     if watch_secrets {
-                        // Listed once the view is ready: every decision waits for the
-                        // Namespaces' list, none for this one, the largest by far, so it does
-                        // not share the apiserver's and this process's time with theirs.
-                        while !source.ready.load(Ordering::Acquire) {
-                            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                        }
+                        // Listed after the Namespaces: a decision may wait for their list,
+                        // none for this one, the largest by far, so it does not share the
+                        // apiserver's and this process's time with theirs.
+                        source.until_namespaces_listed().await;
                         watch_inventory(
                             watch(
                                 Api::<PartialObjectMeta<Secret>>::all(client),
@@ -328,38 +345,40 @@ impl ClusterSource {
         }))
     }
 
-    /// Sets readiness once the managers' and the Namespaces' watches have applied their
-    /// first lists: every decision reads them. cheiron's Secrets are not waited for (at
-    /// 100 000 namespaces, 200 000 of them): until their list is in, whether a referenced
-    /// Secret exists is unknown, and an answer carries no "missing" warning (the watch logs
-    /// `first list in` when it is in). Polled: the watches are plain loops that only flip
-    /// flags.
+    /// Sets readiness once both manager kinds' watches have applied their first lists: every
+    /// decision reads every manager, and a manager missing from the view would change one.
+    /// Then says when the Namespaces' first list is in. Until it is, a namespace the view
+    /// lacks is looked up live or waited for (`webhook::mutate`), never taken as unlabelled:
+    /// at 100 000 namespaces their list takes seconds, which readiness does not wait for.
+    /// cheiron's Secrets are not waited for at all (at 100 000 namespaces, 200 000 of them):
+    /// until their list is in, whether a referenced Secret exists is unknown, and an answer
+    /// carries no "missing" warning (the watch logs `first list in` when it is in). Polled:
+    /// the watches are plain loops that only flip flags.
     async fn mark_ready(self: Arc<Self>) {
         let v = &self.view;
-        loop {
-            let managers = v
-                .managers
-                .read()
-                .is_ok_and(|m| m.relists.iter().all(Relist::is_listed));
-            let inventory = v.inventory.read().is_ok_and(|i| i.namespaces.is_ready());
-            if managers && inventory {
-                break;
-            }
+        while !v.managers_listed() {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         self.ready.store(true, Ordering::Release);
         let managers = v.managers.read().map(|m| m.index.len()).unwrap_or(0);
+        tracing::info!(managers, "managers listed; ready");
+        while !v.namespaces_listed() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        self.namespaces_listed.send_replace(true);
         let (namespaces, strings) = v
             .inventory
             .read()
             .map(|i| (i.namespaces.len(), i.symbols.len()))
             .unwrap_or_default();
-        tracing::info!(
-            managers,
-            namespaces,
-            strings,
-            "managers and namespaces listed; ready"
-        );
+        tracing::info!(namespaces, strings, "namespaces listed");
+    }
+
+    /// Resolves once the Namespaces' first list is in.
+    async fn until_namespaces_listed(&self) {
+        let mut listed = self.namespaces_listed.subscribe();
+        // An error means the sender is gone, which it is not while `self` lives.
+        let _ = listed.wait_for(|listed| *listed).await;
     }
 }
 
@@ -399,6 +418,10 @@ impl Source for ClusterSource {
                 }
             }
         })
+    }
+
+    fn namespaces_listed(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.until_namespaces_listed())
     }
 }
 
@@ -601,6 +624,30 @@ mod tests {
             "admission still has what it needs"
         );
         Ok(())
+    }
+
+    #[test]
+    fn the_view_is_ready_with_both_manager_kinds_listed_before_the_namespaces() {
+        let view = ClusterView::default();
+        assert!(!view.managers_listed());
+        feed::<ImagePullSecretManager>(&view, vec![watcher::Event::Init, watcher::Event::InitDone]);
+        assert!(!view.managers_listed(), "one kind is not enough");
+        feed::<ClusterImagePullSecretManager>(
+            &view,
+            vec![watcher::Event::Init, watcher::Event::InitDone],
+        );
+        assert!(view.managers_listed());
+        assert!(!view.namespaces_listed(), "their list is still to come");
+        if let Ok(mut inventory) = view.inventory.write() {
+            let Inventory {
+                symbols,
+                namespaces,
+                ..
+            } = &mut *inventory;
+            namespaces.apply(symbols, &watcher::Event::Init);
+            namespaces.apply(symbols, &watcher::Event::InitDone);
+        }
+        assert!(view.namespaces_listed());
     }
 
     #[test]

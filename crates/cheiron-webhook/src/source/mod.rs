@@ -18,6 +18,20 @@ pub use lookup::{
 /// How long a live namespace lookup may take before the object is admitted unchanged.
 pub const NAMESPACE_LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// How long after its arrival a review whose namespace the view lacks, and could not be looked
+/// up, may wait for the view's first list of namespaces (only while that list is coming in:
+/// the webhook is ready before it, docs/design.md §5, Readiness). Below the chart's 5 s
+/// `timeoutSeconds`, so that the API server gets an answer, not a timeout.
+pub const NAMESPACE_LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Namespace lookups that may be in flight at once beyond the rate ([`LookupLimits`]) while
+/// the view's first list of namespaces is coming in: then every review whose namespace is not
+/// listed yet needs one, and the rate's burst (20) would leave the rest waiting for the list.
+/// Each is one GET of a namespace's metadata (milliseconds), so this bounds what a client
+/// sending reviews can make the webhook ask the API server for to a few seconds of this
+/// many GETs at a time, once per start.
+pub const LISTING_LOOKUPS_IN_FLIGHT: usize = 16;
+
 use futures::future::BoxFuture;
 
 use crate::{
@@ -48,5 +62,11 @@ pub trait Source: Readiness {
     fn lookup_namespace<'a>(&'a self, name: &'a str) -> BoxFuture<'a, NamespaceLookup> {
         let _ = name;
         Box::pin(std::future::ready(NamespaceLookup::Untracked))
+    }
+
+    /// Resolves once the view holds every namespace: its first list of them is in. At once
+    /// for a source whose view is whole from the start (static mode).
+    fn namespaces_listed(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
     }
 }

@@ -14,7 +14,9 @@
 //!                                    │ read body (≤ 3 MiB, body timeout)
 //!                                    │ admission::parse(body) ─► Review      (pure)
 //!                                    │ namespace not in the view? LookupGuard (name, misses,
-//!                                    │   rate), then source.lookup_namespace
+//!                                    │   rate), then source.lookup_namespace; before the
+//!                                    │   first list of namespaces is in, past the rate
+//!                                    │   16 at a time, else wait for that list (≤ 3 s)
 //!                                    │ review.answer(view) ─► Admission      (pure)
 //!                                    └ metrics, one debug line (never the object)
 //! ```
@@ -53,7 +55,7 @@ pub use crate::tls::TlsSource;
 use crate::{
     admin::{AdminState, MetricsAccess, Readiness},
     metrics::Metrics,
-    source::{LookupGuard, Source},
+    source::{LISTING_LOOKUPS_IN_FLIGHT, LookupGuard, Source},
     tls::{CertDir, CertResolver, RELOAD_PERIOD, TlsError},
 };
 
@@ -158,6 +160,9 @@ struct RequestLimits {
     budget: BodyBudget,
     body_timeout: Duration,
     lookups: LookupGuard,
+    /// Lookups the rate refused that may go ahead anyway while the first list of namespaces
+    /// is coming in ([`LISTING_LOOKUPS_IN_FLIGHT`] at once; none when lookups are off).
+    listing_lookups: tokio::sync::Semaphore,
 }
 
 impl RequestLimits {
@@ -169,6 +174,13 @@ impl RequestLimits {
             ),
             body_timeout: limits.body_timeout,
             lookups: LookupGuard::new(limits.namespace_lookups, Instant::now()),
+            listing_lookups: tokio::sync::Semaphore::new(
+                if limits.namespace_lookups.rate_per_second == 0 {
+                    0
+                } else {
+                    LISTING_LOOKUPS_IN_FLIGHT
+                },
+            ),
         }
     }
 }

@@ -13,7 +13,7 @@ use axum::{
     routing::post,
 };
 use base64::{Engine, prelude::BASE64_STANDARD};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use kube::core::{DynamicObject, admission::AdmissionReview};
 use serde_json::Value;
 
@@ -22,7 +22,7 @@ use crate::{
     admin::close_when_shutting_down,
     admission::{self, Admission, Outcome, Review},
     policy::WithNamespace,
-    source::{LookupDecision, NamespaceLookup},
+    source::{LookupDecision, NAMESPACE_LIST_WAIT, NAMESPACE_LOOKUP_TIMEOUT, NamespaceLookup},
 };
 
 /// Most bytes of an oversized body read and discarded before answering 413, so that a
@@ -76,7 +76,7 @@ async fn answer(
         .map(str::to_owned);
     let admission = match missing {
         None => review.answer(view),
-        Some(ns) => answer_missing(state, review, &ns).await,
+        Some(ns) => answer_missing(state, review, &ns, started).await,
     };
     let encoded = encode_review(&admission.review).map_err(RequestError::EncodeReview)?;
     state.metrics().admission.record(
@@ -93,10 +93,51 @@ async fn answer(
 /// may not have reached the cache: ask the source rather than treat it as unlabelled, which
 /// could miss its opt-out; but only for a namespace name, not one found missing a moment
 /// ago, and not more often than the rate allows (`LookupGuard`).
-async fn answer_missing(state: &WebhookState, review: Review, ns: &str) -> Admission {
+///
+/// Right after start the webhook is ready before its first list of namespaces is in (at
+/// 100 000 namespaces it takes seconds). Meanwhile a lookup the rate refuses still goes
+/// ahead, [`LISTING_LOOKUPS_IN_FLIGHT`](crate::source::LISTING_LOOKUPS_IN_FLIGHT) at a time,
+/// and a namespace that could not be looked up is waited for, until that list is in, at most
+/// [`NAMESPACE_LIST_WAIT`] after the review arrived. Afterwards the wait ends at once.
+async fn answer_missing(
+    state: &WebhookState,
+    review: Review,
+    ns: &str,
+    started: Instant,
+) -> Admission {
     let lookups = &state.requests.lookups;
-    match lookups.decide(ns, Instant::now()) {
-        LookupDecision::Allowed => {}
+    let mut decision = lookups.decide(ns, Instant::now());
+    let listing = state.source.namespaces_listed().now_or_never().is_none();
+    // While the list is coming in, a lookup the rate refused may still go ahead, a bounded
+    // number at a time: waiting for the list could take longer than the API server waits.
+    let permit = match decision {
+        LookupDecision::RateLimited if listing => {
+            let wait =
+                NAMESPACE_LOOKUP_TIMEOUT.min(NAMESPACE_LIST_WAIT.saturating_sub(started.elapsed()));
+            let permit = tokio::time::timeout(wait, state.requests.listing_lookups.acquire())
+                .await
+                .ok()
+                .and_then(Result::ok);
+            if permit.is_some() {
+                decision = LookupDecision::Allowed;
+            }
+            permit
+        }
+        _ => None,
+    };
+    match decision {
+        LookupDecision::Allowed => {
+            let lookup = state.source.lookup_namespace(ns).await;
+            lookups.record(ns, &lookup, Instant::now());
+            let view = state.source.view();
+            match lookup {
+                NamespaceLookup::Found(meta) => {
+                    return review.answer(&WithNamespace::new(view, meta));
+                }
+                NamespaceLookup::Untracked => return review.answer(view),
+                NamespaceLookup::Unknown => {}
+            }
+        }
         // The name is the client's, of any length: not repeated in the warning.
         LookupDecision::InvalidName => {
             return review.admit_unchanged(
@@ -105,25 +146,25 @@ async fn answer_missing(state: &WebhookState, review: Review, ns: &str) -> Admis
                 Outcome::NamespaceInvalid,
             );
         }
-        LookupDecision::RecentlyMissing => {
-            return review.admit_unchanged(unknown_namespace(ns), Outcome::NamespaceUnknown);
-        }
-        LookupDecision::RateLimited => {
-            return review.admit_unchanged(
-                format!("cheiron: namespace {ns} is not cached yet and too many namespaces were looked up lately; admitted unchanged"),
-                Outcome::NamespaceRateLimited,
-            );
+        LookupDecision::RecentlyMissing | LookupDecision::RateLimited => {}
+    }
+    drop(permit);
+    let wait = NAMESPACE_LIST_WAIT.saturating_sub(started.elapsed());
+    if tokio::time::timeout(wait, state.source.namespaces_listed())
+        .await
+        .is_ok()
+    {
+        let view = state.source.view();
+        if view.namespace(ns).is_some() {
+            return review.answer(view);
         }
     }
-    let lookup = state.source.lookup_namespace(ns).await;
-    lookups.record(ns, &lookup, Instant::now());
-    let view = state.source.view();
-    match lookup {
-        NamespaceLookup::Found(meta) => review.answer(&WithNamespace::new(view, meta)),
-        NamespaceLookup::Untracked => review.answer(view),
-        NamespaceLookup::Unknown => {
-            review.admit_unchanged(unknown_namespace(ns), Outcome::NamespaceUnknown)
-        }
+    match decision {
+        LookupDecision::RateLimited => review.admit_unchanged(
+            format!("cheiron: namespace {ns} is not cached yet and too many namespaces were looked up lately; admitted unchanged"),
+            Outcome::NamespaceRateLimited,
+        ),
+        _ => review.admit_unchanged(unknown_namespace(ns), Outcome::NamespaceUnknown),
     }
 }
 
@@ -502,6 +543,200 @@ mod tests {
             metrics.contains(r#"outcome="namespace_rate_limited"} 1"#),
             "{metrics}"
         );
+    }
+
+    /// A source still taking in its first list of namespaces, whose lookups cannot tell; its
+    /// one manager injects into namespaces labelled `tier: apps`.
+    struct Listing {
+        view: Arriving,
+        listed: tokio::sync::watch::Sender<bool>,
+        lookups: std::sync::atomic::AtomicUsize,
+        /// Lookups never answer.
+        hang: bool,
+    }
+
+    struct Arriving {
+        managers: StaticView,
+        namespaces: std::sync::OnceLock<Vec<crate::policy::NamespaceMeta>>,
+    }
+
+    impl View for Arriving {
+        fn managers_in(
+            &self,
+            namespace: &crate::policy::NamespaceMeta,
+        ) -> Vec<Arc<crate::policy::Manager>> {
+            self.managers.managers_in(namespace)
+        }
+
+        fn namespace(&self, name: &str) -> Option<crate::policy::NamespaceMeta> {
+            self.namespaces
+                .get()?
+                .iter()
+                .find(|n| n.name == name)
+                .cloned()
+        }
+
+        fn secret_exists(&self, _namespace: &str, _name: &str) -> Option<bool> {
+            None
+        }
+    }
+
+    impl Listing {
+        fn new() -> Self {
+            let manager: crate::api::ClusterImagePullSecretManager =
+                serde_json::from_value(serde_json::json!({
+                    "apiVersion": "cheiron.anny.co/v1alpha1", "kind": "ClusterImagePullSecretManager",
+                    "metadata": {"name": "apps"},
+                    "spec": {"mode": "Pod", "namespaceSelector": {"matchLabels": {"tier": "apps"}},
+                             "secrets": [{"existingSecretRef": {"name": "pull", "namespace": "cheiron"}}]},
+                }))
+                .unwrap();
+            let manager = crate::policy::Manager::from_cluster(&manager).unwrap();
+            Self {
+                view: Arriving {
+                    managers: StaticView::new(vec![manager], []),
+                    namespaces: std::sync::OnceLock::new(),
+                },
+                listed: tokio::sync::watch::Sender::new(false),
+                lookups: std::sync::atomic::AtomicUsize::new(0),
+                hang: false,
+            }
+        }
+
+        /// The list comes in: these namespaces, labelled `tier: apps`.
+        fn list(&self, names: &[&str]) {
+            let namespaces = names
+                .iter()
+                .map(|name| crate::policy::NamespaceMeta {
+                    labels: [("tier".to_owned(), "apps".to_owned())].into(),
+                    ..crate::policy::NamespaceMeta::named(*name)
+                })
+                .collect();
+            let _ = self.view.namespaces.set(namespaces);
+            self.listed.send_replace(true);
+        }
+    }
+
+    impl Source for Listing {
+        fn view(&self) -> &dyn View {
+            &self.view
+        }
+
+        fn lookup_namespace<'a>(
+            &'a self,
+            _name: &'a str,
+        ) -> futures::future::BoxFuture<'a, NamespaceLookup> {
+            self.lookups
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if self.hang {
+                return Box::pin(futures::future::pending());
+            }
+            Box::pin(std::future::ready(NamespaceLookup::Unknown))
+        }
+
+        fn namespaces_listed(&self) -> futures::future::BoxFuture<'_, ()> {
+            let mut listed = self.listed.subscribe();
+            Box::pin(async move {
+                let _ = listed.wait_for(|listed| *listed).await;
+            })
+        }
+    }
+
+    impl Readiness for Listing {
+        fn is_ready(&self) -> bool {
+            true
+        }
+    }
+
+    #[tokio::test]
+    async fn before_the_namespace_list_is_in_a_namespace_that_cannot_be_looked_up_is_waited_for() {
+        let source = Arc::new(Listing::new());
+        // One lookup, then the rate refuses the others.
+        let state =
+            WebhookState::new(source.clone(), Arc::new(Metrics::new())).with_limits(&Limits {
+                namespace_lookups: crate::source::LookupLimits {
+                    rate_per_second: 1,
+                    burst: 1,
+                    ..crate::source::LookupLimits::default()
+                },
+                ..Limits::default()
+            });
+        let looked_up = tokio::spawn(post(state.clone(), pod_review("looked-up")));
+        let rate_limited = tokio::spawn(post(state.clone(), pod_review("rate-limited")));
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(!looked_up.is_finished() && !rate_limited.is_finished());
+        source.list(&["looked-up", "rate-limited"]);
+        for answer in [looked_up, rate_limited] {
+            let (status, body) = answer.await.unwrap();
+            assert_eq!(status, StatusCode::OK, "{body}");
+            let body: Value = serde_json::from_str(&body).unwrap();
+            assert!(
+                body["response"]["patch"].is_string(),
+                "answered from the listed namespace's labels: {body}"
+            );
+        }
+        assert_eq!(
+            source.lookups.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "while the list is coming in, the rate does not hold a lookup back"
+        );
+        let metrics = state.metrics().encode().unwrap();
+        assert!(metrics.contains(r#"outcome="patched"} 2"#), "{metrics}");
+        // Listed: the rate holds again.
+        let warning = review_warning(&state, "elsewhere").await;
+        assert!(
+            warning.contains("too many namespaces were looked up lately"),
+            "{warning}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lookups_past_the_rate_while_listing_are_bounded_in_flight() {
+        let source = Arc::new(Listing {
+            hang: true,
+            ..Listing::new()
+        });
+        let state =
+            WebhookState::new(source.clone(), Arc::new(Metrics::new())).with_limits(&Limits {
+                namespace_lookups: crate::source::LookupLimits {
+                    rate_per_second: 1,
+                    burst: 1,
+                    ..crate::source::LookupLimits::default()
+                },
+                ..Limits::default()
+            });
+        let reviews: Vec<_> = (0..crate::source::LISTING_LOOKUPS_IN_FLIGHT + 5)
+            .map(|k| tokio::spawn(post(state.clone(), pod_review(&format!("ns-{k}")))))
+            .collect();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert_eq!(
+            source.lookups.load(std::sync::atomic::Ordering::SeqCst),
+            1 + crate::source::LISTING_LOOKUPS_IN_FLIGHT,
+            "the rate's one, then the bound"
+        );
+        for review in reviews {
+            review.abort();
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_namespace_list_that_does_not_come_is_waited_for_no_longer_than_the_limit() {
+        let source = Arc::new(Listing::new());
+        let state = WebhookState::new(source.clone(), Arc::new(Metrics::new()));
+        let started = tokio::time::Instant::now();
+        let warning = review_warning(&state, "team").await;
+        let waited = started.elapsed();
+        assert!(warning.contains("could not be looked up"), "{warning}");
+        assert!(
+            waited <= NAMESPACE_LIST_WAIT
+                && waited + std::time::Duration::from_secs(1) > NAMESPACE_LIST_WAIT,
+            "waited {waited:?}"
+        );
+        // Once the list is in, a namespace it lacks is not waited for again.
+        source.list(&["other"]);
+        let started = tokio::time::Instant::now();
+        review_warning(&state, "gone").await;
+        assert!(started.elapsed() < std::time::Duration::from_millis(100));
     }
 
     #[test]
