@@ -29,6 +29,7 @@ TIMES = [
     ("bare_client_seconds", None, "bare client, same writes", "#7f7f7f", True),
     ("webhook_ready_seconds", None, "webhook: start → /readyz (streaming lists)", "#1f77b4", False),
     ("webhook_ready_paged_seconds", None, "webhook: start → /readyz (paged lists)", "#17becf", True),
+    ("webhook_namespaces_listed_seconds", None, "webhook: start → Namespaces listed (streaming)", "#9467bd", True),
     ("webhook_secrets_listed_seconds", None, "webhook: start → its Secrets listed", "#ff7f0e", True),
     ("controller_ready_seconds", None, "controller: start → /readyz", "#2ca02c", True),
     ("wide_controller_converge_seconds", None, "controller: 1 manager converged (wide)", "#8c564b", False),

@@ -61,6 +61,11 @@ impl Cheiron {
         self.child.id()
     }
 
+    /// How long since its start.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
     /// Waits until `/readyz` answers 200 (at most `within`) and returns how long after its
     /// start that was.
     pub async fn until_ready(&mut self, within: Duration) -> Result<Duration> {

@@ -26,6 +26,10 @@ use crate::{
 /// Reviews timed in process.
 const REVIEWS: usize = 20_000;
 
+/// Reviews sent to each fresh webhook the moment `/readyz` says 200, in namespaces spread over
+/// the whole set: most are not listed yet when they arrive.
+const WARMUP_REVIEWS: usize = 200;
+
 pub async fn run(client: &Client, cluster: &Cluster, n: usize) -> Result<Vec<Row>> {
     let namespaced = n / 10 - CLUSTER_MANAGERS;
     eprintln!(
@@ -99,18 +103,22 @@ pub async fn run(client: &Client, cluster: &Cluster, n: usize) -> Result<Vec<Row
     let tls = cluster.webhook_tls_dir().to_string_lossy().into_owned();
     // Each strategy twice, alternating, on the same warm apiserver; the last run is sampled.
     let mut times: [Vec<(Duration, Duration)>; 2] = [Vec::new(), Vec::new()];
+    let mut listed_times: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
+    let mut warmups: Vec<Warmup> = Vec::new();
     let mut memory = None;
     for (round, strategy) in ["paged", "streaming", "paged", "streaming"]
         .iter()
         .enumerate()
     {
+        let [port] = cheiron_harness::free_ports()?;
+        let listen = format!("127.0.0.1:{port}");
         let mut webhook = Cheiron::start(
             cluster,
             &format!("scale-webhook-{round}-{strategy}"),
             &[
                 "webhook",
                 "--listen",
-                "127.0.0.1:0",
+                &listen,
                 "--tls-cert-dir",
                 &tls,
                 "--shutdown-delay",
@@ -121,14 +129,25 @@ pub async fn run(client: &Client, cluster: &Cluster, n: usize) -> Result<Vec<Row
             "info",
         )?;
         let ready = webhook.until_ready(Duration::from_secs(600)).await?;
+        let url = format!("https://{listen}/mutate");
+        let sent = warmup_reviews(&url, n, &webhook).await?;
+        let namespaces = webhook
+            .until_logged("namespaces listed", Duration::from_secs(600))
+            .await?;
         let listed = webhook
             .until_logged("first list in kind=Secret", Duration::from_secs(600))
             .await?;
+        // The same reviews again, answered from the whole view.
+        let again = warmup_reviews(&url, n, &webhook).await?;
+        let warmup = Warmup::compare(&sent, &again, namespaces);
         eprintln!(
-            "[scale]   {strategy} lists: /readyz 200 after {ready:.1?}, cheiron's Secrets \
-             listed after {listed:.1?}"
+            "[scale]   {strategy} lists: /readyz 200 after {ready:.1?}, namespaces listed after \
+             {namespaces:.1?}, cheiron's Secrets listed after {listed:.1?}; {}",
+            warmup.show()
         );
         times[usize::from(*strategy == "streaming")].push((ready, listed));
+        listed_times[usize::from(*strategy == "streaming")].push(namespaces);
+        warmups.push(warmup);
         if round == 3 {
             eprintln!("[scale]   sampling VmRSS");
             tokio::time::sleep(Duration::from_secs(5)).await;
@@ -167,8 +186,32 @@ pub async fn run(client: &Client, cluster: &Cluster, n: usize) -> Result<Vec<Row
     } else {
         ("—", f64::INFINITY)
     };
+    let listed_row = |key: &str, what: &str, runs: &[Duration]| {
+        let worst = runs.iter().max().copied().unwrap_or_default();
+        let all: Vec<String> = runs
+            .iter()
+            .map(|t| format!("{:.1} s", t.as_secs_f64()))
+            .collect();
+        Row::info(
+            key,
+            format!("webhook: start → {what}, worst of {} ({shape})", runs.len()),
+            format!("{:.1} s (runs: {})", worst.as_secs_f64(), all.join(", ")),
+            worst.as_secs_f64(),
+        )
+    };
     let mut rows = vec![
         ready_row.target("≤ 3 s", ready <= Duration::from_secs(3)),
+        listed_row(
+            "webhook_namespaces_listed_seconds",
+            "Namespaces listed (every decision from the cache), streaming lists",
+            &listed_times[1],
+        ),
+        listed_row(
+            "webhook_namespaces_listed_paged_seconds",
+            "Namespaces listed, paged lists",
+            &listed_times[0],
+        ),
+        Warmup::row(&warmups, &shape),
         timed(
             "webhook_ready_paged_seconds",
             "/readyz 200, paged lists (--initial-list paged)",
@@ -213,6 +256,130 @@ pub async fn run(client: &Client, cluster: &Cluster, n: usize) -> Result<Vec<Row
     rows.push(namespace_lists(client).await?);
     rows.push(decision(client, n, &shape).await?);
     Ok(rows)
+}
+
+/// One review of the warm-up: when it was answered (since the webhook's start), how long it
+/// took, and its patch.
+struct Sent {
+    answered: Duration,
+    took: Duration,
+    patch: Option<String>,
+}
+
+/// Sends [`WARMUP_REVIEWS`] ServiceAccount CREATEs at once, in namespaces spread evenly over
+/// the `n`, to the webhook at `url`.
+async fn warmup_reviews(url: &str, n: usize, webhook: &Cheiron) -> Result<Vec<Sent>> {
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(30))
+        .build()?;
+    let reviews = (0..WARMUP_REVIEWS).map(|k| {
+        // Spread over the set, the last namespaces included.
+        let ns = namespace((k * n / WARMUP_REVIEWS + n / WARMUP_REVIEWS - 1).min(n - 1));
+        let body = serde_json::to_vec(&service_account_review(&format!("warmup-{k}"), &ns));
+        let client = client.clone();
+        async move {
+            let body = body?;
+            let t = Instant::now();
+            let answer: serde_json::Value = client
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await?
+                .error_for_status()?
+                .json()
+                .await?;
+            let took = t.elapsed();
+            Result::Ok(Sent {
+                answered: webhook.elapsed(),
+                took,
+                patch: answer["response"]["patch"].as_str().map(str::to_owned),
+            })
+        }
+    });
+    futures::future::try_join_all(reviews).await
+}
+
+/// The warm-up reviews of one webhook against the same reviews answered from its whole view.
+struct Warmup {
+    sent: usize,
+    /// Answered before the Namespaces' list was in.
+    early: usize,
+    /// Answered with the patch the whole view gives.
+    same: usize,
+    /// Patched at all (by the whole view).
+    patched: usize,
+    p50: Duration,
+    max: Duration,
+}
+
+impl Warmup {
+    fn compare(sent: &[Sent], again: &[Sent], namespaces_listed: Duration) -> Self {
+        let mut took: Vec<Duration> = sent.iter().map(|s| s.took).collect();
+        took.sort();
+        Self {
+            sent: sent.len(),
+            early: sent
+                .iter()
+                .filter(|s| s.answered < namespaces_listed)
+                .count(),
+            same: sent
+                .iter()
+                .zip(again)
+                .filter(|(a, b)| a.patch == b.patch)
+                .count(),
+            patched: again.iter().filter(|s| s.patch.is_some()).count(),
+            p50: took.get(took.len() / 2).copied().unwrap_or_default(),
+            max: took.last().copied().unwrap_or_default(),
+        }
+    }
+
+    fn show(&self) -> String {
+        format!(
+            "{} reviews sent at /readyz: {} answered before the namespaces were listed, {} with \
+             the patch the whole view gives ({} patched), latency p50 {:.0} ms, max {:.0} ms",
+            self.sent,
+            self.early,
+            self.same,
+            self.patched,
+            self.p50.as_secs_f64() * 1e3,
+            self.max.as_secs_f64() * 1e3
+        )
+    }
+
+    fn row(runs: &[Warmup], shape: &str) -> Row {
+        let all_same = runs.iter().all(|w| w.same == w.sent);
+        let shown: Vec<String> = runs.iter().map(Warmup::show).collect();
+        Row::info(
+            "webhook_warmup_reviews",
+            format!(
+                "webhook: {WARMUP_REVIEWS} ServiceAccount reviews sent at once the moment /readyz says 200, against the same reviews once every list is in, each run ({shape})"
+            ),
+            shown.join("; "),
+            json!(runs.iter().map(|w| json!({
+                "sent": w.sent, "early": w.early, "same": w.same, "patched": w.patched,
+                "p50_ms": w.p50.as_secs_f64() * 1e3, "max_ms": w.max.as_secs_f64() * 1e3,
+            })).collect::<Vec<_>>()),
+        )
+        .target("every answer as from the whole view", all_same)
+    }
+}
+
+/// A ServiceAccount CREATE review in `ns`.
+fn service_account_review(uid: &str, ns: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": "ServiceAccount"},
+            "resource": {"group": "", "version": "v1", "resource": "serviceaccounts"},
+            "namespace": ns, "operation": "CREATE",
+            "userInfo": {"username": "bench"},
+            "object": {"apiVersion": "v1", "kind": "ServiceAccount",
+                       "metadata": {"name": format!("app-{uid}"), "namespace": ns, "labels": {"app": "web"}}},
+        },
+    })
 }
 
 /// How long one streaming list of every Namespace takes in this process, as the webhook's
@@ -304,18 +471,7 @@ async fn decision(client: &Client, n: usize, shape: &str) -> Result<Row> {
     let bodies: Vec<Vec<u8>> = (0..1_000)
         .map(|k| {
             let ns = namespace((next() % n as u64) as usize);
-            serde_json::to_vec(&json!({
-                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                "request": {
-                    "uid": format!("bench-{k}"),
-                    "kind": {"group": "", "version": "v1", "kind": "ServiceAccount"},
-                    "resource": {"group": "", "version": "v1", "resource": "serviceaccounts"},
-                    "namespace": ns, "operation": "CREATE",
-                    "userInfo": {"username": "bench"},
-                    "object": {"apiVersion": "v1", "kind": "ServiceAccount",
-                               "metadata": {"name": format!("app-{k}"), "namespace": ns, "labels": {"app": "web"}}},
-                },
-            }))
+            serde_json::to_vec(&service_account_review(&format!("bench-{k}"), &ns))
         })
         .collect::<std::result::Result<_, _>>()?;
     let mut samples = Vec::with_capacity(REVIEWS);
