@@ -1,5 +1,6 @@
-//! The webhook never admits with an empty view: `/readyz` fails until its caches of managers
-//! and namespaces have synced. An identity that may not list Secrets at all (the split
+//! The webhook never admits with an empty view: `/readyz` fails until its managers are listed
+//! and its Namespaces' list has begun to arrive (so an identity that may not list Namespaces
+//! stays unready). An identity that may not list Secrets at all (the split
 //! install's webhook) serves without the Secret cache instead of never becoming ready.
 
 use std::time::{Duration, Instant};

@@ -35,9 +35,10 @@ use crate::{
     runtime::{InitialList, Relist, Step, WatchStream, watch},
 };
 
-/// A [`Source`] over the webhook's watches. Ready once both manager kinds are listed; the
-/// Namespaces' list may still be coming in (a namespace not in it yet is looked up, or waited
-/// for), and cheiron's Secrets are listed after it.
+/// A [`Source`] over the webhook's watches. Ready once both manager kinds are listed and the
+/// Namespaces' list has begun to arrive; the rest of that list may still be coming in (a
+/// namespace not in it yet is looked up, or waited for), and cheiron's Secrets are listed
+/// after it.
 pub struct ClusterSource {
     view: ClusterView,
     ready: AtomicBool,
@@ -83,6 +84,15 @@ impl ClusterView {
     /// Whether the Namespaces' first list is in.
     fn namespaces_listed(&self) -> bool {
         self.inventory.read().is_ok_and(|i| i.namespaces.is_ready())
+    }
+
+    /// Whether the Namespaces' list has begun to arrive (or is in): this identity may list
+    /// them, and the apiserver answers. Every cluster has namespaces, so a list that brings
+    /// none yet has not begun.
+    fn namespaces_arriving(&self) -> bool {
+        self.inventory
+            .read()
+            .is_ok_and(|i| i.namespaces.is_ready() || i.namespaces.len() > 0)
     }
 }
 
@@ -345,23 +355,25 @@ impl ClusterSource {
         }))
     }
 
-    /// Sets readiness once both manager kinds' watches have applied their first lists: every
-    /// decision reads every manager, and a manager missing from the view would change one.
-    /// Then says when the Namespaces' first list is in. Until it is, a namespace the view
-    /// lacks is looked up live or waited for (`webhook::mutate`), never taken as unlabelled:
-    /// at 100 000 namespaces their list takes seconds, which readiness does not wait for.
+    /// Sets readiness once both manager kinds' watches have applied their first lists (every
+    /// decision reads every manager, and a manager missing from the view would change one) and
+    /// the first namespaces have arrived (an identity that may not list them, or an apiserver
+    /// that does not answer, stays unready, as the alert on readiness expects). Then says when
+    /// the Namespaces' first list is in. Until it is, a namespace the view lacks is looked up
+    /// live or waited for (`webhook::mutate`), never taken as unlabelled: at 100 000
+    /// namespaces their list takes seconds, which readiness does not wait for.
     /// cheiron's Secrets are not waited for at all (at 100 000 namespaces, 200 000 of them):
     /// until their list is in, whether a referenced Secret exists is unknown, and an answer
     /// carries no "missing" warning (the watch logs `first list in` when it is in). Polled:
     /// the watches are plain loops that only flip flags.
     async fn mark_ready(self: Arc<Self>) {
         let v = &self.view;
-        while !v.managers_listed() {
+        while !(v.managers_listed() && v.namespaces_arriving()) {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         self.ready.store(true, Ordering::Release);
         let managers = v.managers.read().map(|m| m.index.len()).unwrap_or(0);
-        tracing::info!(managers, "managers listed; ready");
+        tracing::info!(managers, "managers listed, namespaces arriving; ready");
         while !v.namespaces_listed() {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
@@ -627,7 +639,8 @@ mod tests {
     }
 
     #[test]
-    fn the_view_is_ready_with_both_manager_kinds_listed_before_the_namespaces() {
+    fn the_view_is_ready_with_both_manager_kinds_listed_and_the_first_namespaces_in() -> TestResult
+    {
         let view = ClusterView::default();
         assert!(!view.managers_listed());
         feed::<ImagePullSecretManager>(&view, vec![watcher::Event::Init, watcher::Event::InitDone]);
@@ -637,17 +650,34 @@ mod tests {
             vec![watcher::Event::Init, watcher::Event::InitDone],
         );
         assert!(view.managers_listed());
-        assert!(!view.namespaces_listed(), "their list is still to come");
-        if let Ok(mut inventory) = view.inventory.write() {
-            let Inventory {
-                symbols,
-                namespaces,
-                ..
-            } = &mut *inventory;
-            namespaces.apply(symbols, &watcher::Event::Init);
-            namespaces.apply(symbols, &watcher::Event::InitDone);
-        }
+        let apply = |event: watcher::Event<PartialObjectMeta<Namespace>>| {
+            if let Ok(mut inventory) = view.inventory.write() {
+                let Inventory {
+                    symbols,
+                    namespaces,
+                    ..
+                } = &mut *inventory;
+                namespaces.apply(symbols, &event);
+            }
+        };
+        apply(watcher::Event::Init);
+        assert!(
+            !view.namespaces_arriving(),
+            "a list that brought nothing may be one this identity may not make"
+        );
+        apply(watcher::Event::InitApply(meta::<Namespace>(
+            serde_json::json!({
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"},
+            }),
+        )?));
+        assert!(view.namespaces_arriving(), "ready from here");
+        assert!(
+            !view.namespaces_listed(),
+            "the rest of the list is still to come"
+        );
+        apply(watcher::Event::InitDone);
         assert!(view.namespaces_listed());
+        Ok(())
     }
 
     #[test]
