@@ -89,6 +89,8 @@ const BARE: &str = "bench.cheiron.anny.co/bare";
 /// Labels the bare client's Secrets shaped like cheiron's copies (same labels, annotations and
 /// ownerReference, but not cheiron's managed-by value, so that cheiron does not watch them).
 const SHAPED: &str = "bench.cheiron.anny.co/shaped";
+/// The same for the credential-provider manager's copies (the provider phase).
+const PROVIDER_SHAPED: &str = "bench.cheiron.anny.co/provider-shaped";
 const DOCKER_CONFIG_JSON: &str = "kubernetes.io/dockerconfigjson";
 /// The fake plugin's `cacheDuration`, in seconds: the credential is fetched again after about
 /// half of it (`REFRESH_FRACTION` of `crates/cheiron-credential/src/refresh.rs`, ±10 %), which leaves room
@@ -375,7 +377,7 @@ async fn rotation(
         "[bench] rotation: all copies present after {:.1?}; creating {ROTATION_NAMESPACES} bare-client Secrets shaped like them",
         since.elapsed()
     );
-    create_shaped(client, &manager).await?;
+    create_shaped(client, &manager, SHAPED, "shaped-pull").await?;
     eprintln!("[bench] rotation: waiting for the controller to go quiet");
     settle_service_accounts(client).await?;
     quiesce(controller).await?;
@@ -541,11 +543,11 @@ async fn rotation(
     ])
 }
 
-/// Creates in each rotation namespace a Secret `shaped-pull` labelled [`SHAPED`], with the
-/// labels, annotations and ownerReference of `manager`'s copy there, but a managed-by value
-/// other than cheiron's: what a bare client writing cheiron's objects would write, without
-/// cheiron watching it.
-async fn create_shaped(client: &Client, manager: &str) -> Result {
+/// Creates in each rotation namespace a Secret `name` labelled `label`, with the labels,
+/// annotations and ownerReference of `manager`'s copy there, but a managed-by value other
+/// than cheiron's: what a bare client writing cheiron's objects would write, without cheiron
+/// watching it.
+async fn create_shaped(client: &Client, manager: &str, label: &str, name: &str) -> Result {
     let copies = copies_of(client, manager).await?;
     stream::iter(copies)
         .map(|copy| {
@@ -556,10 +558,10 @@ async fn create_shaped(client: &Client, manager: &str) -> Result {
                 "app.kubernetes.io/managed-by".to_owned(),
                 "bench".to_owned(),
             );
-            labels.insert(SHAPED.to_owned(), "true".to_owned());
+            labels.insert(label.to_owned(), "true".to_owned());
             let secret = Secret {
                 metadata: ObjectMeta {
-                    name: Some("shaped-pull".to_owned()),
+                    name: Some(name.to_owned()),
                     namespace: Some(ns),
                     labels: Some(labels),
                     annotations: copy.metadata.annotations.clone(),
@@ -1193,13 +1195,16 @@ spec:
         plugin.last_call()?
     );
     settle_service_accounts(client).await?;
+    create_shaped(client, &manager, PROVIDER_SHAPED, "provider-shaped-pull").await?;
     quiesce(controller).await?;
 
-    // Each round: the bare client's writes, then the next refresh the controller makes on its
+    // Each round: the bare client's writes, the same writes of Secrets shaped like the copies
+    // under as many metadata watches as the copies have, then the next refresh the controller makes on its
     // own (after about half the cacheDuration), timed from the plugin call's start to the
     // moment a watch saw every copy hold the new credential. A round in which the refresh
     // came during the bare writes is discarded.
     let mut bare = Vec::new();
+    let mut watched = Vec::new();
     let mut took = Vec::new();
     let mut first = Vec::new();
     let mut calls_per_rotation = Vec::new();
@@ -1214,6 +1219,15 @@ spec:
             .await?;
         let (written, _, _) =
             bare_replace(client, meter, &format!("provider-bare-{}", bare.len())).await?;
+        let watches = MetadataWatches::open(client, &format!("{PROVIDER_SHAPED}=true"), 2).await?;
+        let (written_watched, _, _) = bare_replace_labelled(
+            client,
+            meter,
+            PROVIDER_SHAPED,
+            &format!("provider-watched-{}", bare.len()),
+        )
+        .await?;
+        drop(watches);
         let next = before + 1;
         let observer = Observer::start(client, copies_selector(&manager), move |s| {
             credential_number(s) == Some(next)
@@ -1222,7 +1236,7 @@ spec:
         if plugin.last_call()? != before {
             discarded += 1;
             eprintln!(
-                "[bench] provider round: the plugin was called during the bare writes; round discarded"
+                "[bench] provider round: the plugin was called during the bare client's writes; round discarded"
             );
             observer.abort();
             quiesce(controller).await?;
@@ -1232,6 +1246,7 @@ spec:
             continue;
         }
         bare.push(written);
+        watched.push(written_watched);
         let (first_at, done_at) = observer.done().await?;
         let called = *plugin
             .calls()?
@@ -1247,7 +1262,7 @@ spec:
             - metric_calls_before;
         let writes = controller.metric("cheiron_secrets_written_total").await? - writes_before;
         eprintln!(
-            "[bench] provider round {}: bare client {written:.2?}; plugin call {next} → all copies {all:.2?} (first after {one:.2?}); {calls} plugin call(s) (metric +{metric_calls}), {writes} Secret writes",
+            "[bench] provider round {}: bare client {written:.2?}, shaped and watched {written_watched:.2?}; plugin call {next} → all copies {all:.2?} (first after {one:.2?}); {calls} plugin call(s) (metric +{metric_calls}), {writes} Secret writes",
             took.len()
         );
         took.push(all);
@@ -1262,8 +1277,9 @@ spec:
     bare.push(written);
 
     let list = |v: &[Duration]| v.iter().map(|d| ms(*d)).collect::<Vec<_>>().join(", ");
-    let (bare_all, took_all) = (list(&bare), list(&took));
+    let (bare_all, took_all, watched_all) = (list(&bare), list(&took), list(&watched));
     let bare_median = median(&mut bare);
+    let watched_median = median(&mut watched);
     let took_median = median(&mut took);
     let first_median = median(&mut first);
     let ratio = took_median.as_secs_f64() / bare_median.as_secs_f64();
@@ -1323,11 +1339,25 @@ spec:
         ),
         row(
             &format!(
+                "credential provider, {ROTATION_NAMESPACES} copies: bare client writing Secrets shaped like the copies with 2 metadata watches of them open, as the copies have (median of {})",
+                watched.len()
+            ),
+            format!(
+                "{} = {:.2} × bare writes (runs: {watched_all})",
+                ms(watched_median),
+                watched_median.as_secs_f64() / bare_median.as_secs_f64()
+            ),
+            "—",
+            None,
+        ),
+        row(
+            &format!(
                 "credential provider, {ROTATION_NAMESPACES} copies: plugin call → a watch saw all copies updated (median of {ROTATION_ROUNDS})"
             ),
             format!(
-                "{} = **{ratio:.2} × bare writes**; first copy after {} (runs: {took_all}; {discarded} rounds discarded)",
+                "{} = **{ratio:.2} × bare writes**, {:.2} × the shaped and watched writes; first copy after {} (runs: {took_all}; {discarded} rounds discarded)",
                 ms(took_median),
+                took_median.as_secs_f64() / watched_median.as_secs_f64(),
                 ms(first_median)
             ),
             "≤ 1.1 × bare",
