@@ -457,6 +457,18 @@ mod tests {
         }
     }
 
+    /// State answering from `source`, allowing one namespace lookup a second, `burst` at once.
+    fn with_lookups(source: Arc<dyn Source>, burst: u32) -> WebhookState {
+        WebhookState::new(source, Arc::new(Metrics::new())).with_limits(&Limits {
+            namespace_lookups: crate::source::LookupLimits {
+                rate_per_second: 1,
+                burst,
+                ..crate::source::LookupLimits::default()
+            },
+            ..Limits::default()
+        })
+    }
+
     /// A source whose live lookups find nothing, counting them.
     #[derive(Default)]
     struct Missing {
@@ -516,15 +528,7 @@ mod tests {
     #[tokio::test]
     async fn a_missing_namespace_is_looked_up_once_and_misses_are_rate_limited() {
         let source = Arc::new(Missing::default());
-        let state =
-            WebhookState::new(source.clone(), Arc::new(Metrics::new())).with_limits(&Limits {
-                namespace_lookups: crate::source::LookupLimits {
-                    rate_per_second: 1,
-                    burst: 2,
-                    ..crate::source::LookupLimits::default()
-                },
-                ..Limits::default()
-            });
+        let state = with_lookups(source.clone(), 2);
         let lookups = || source.lookups.load(std::sync::atomic::Ordering::SeqCst);
         for _ in 0..3 {
             let warning = review_warning(&state, "gone").await;
@@ -652,15 +656,7 @@ mod tests {
     async fn before_the_namespace_list_is_in_a_namespace_that_cannot_be_looked_up_is_waited_for() {
         let source = Arc::new(Listing::new());
         // One lookup, then the rate refuses the others.
-        let state =
-            WebhookState::new(source.clone(), Arc::new(Metrics::new())).with_limits(&Limits {
-                namespace_lookups: crate::source::LookupLimits {
-                    rate_per_second: 1,
-                    burst: 1,
-                    ..crate::source::LookupLimits::default()
-                },
-                ..Limits::default()
-            });
+        let state = with_lookups(source.clone(), 1);
         let looked_up = tokio::spawn(post(state.clone(), pod_review("looked-up")));
         let rate_limited = tokio::spawn(post(state.clone(), pod_review("rate-limited")));
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
@@ -696,15 +692,7 @@ mod tests {
             hang: true,
             ..Listing::new()
         });
-        let state =
-            WebhookState::new(source.clone(), Arc::new(Metrics::new())).with_limits(&Limits {
-                namespace_lookups: crate::source::LookupLimits {
-                    rate_per_second: 1,
-                    burst: 1,
-                    ..crate::source::LookupLimits::default()
-                },
-                ..Limits::default()
-            });
+        let state = with_lookups(source.clone(), 1);
         let reviews: Vec<_> = (0..crate::source::LISTING_LOOKUPS_IN_FLIGHT + 5)
             .map(|k| tokio::spawn(post(state.clone(), pod_review(&format!("ns-{k}")))))
             .collect();
