@@ -349,6 +349,8 @@ async fn the_charts_node_agent_lets_a_plain_pod_in_an_untargeted_namespace_pull(
         .image
         .replacen(&node.registry.host, &node.node_mode_host, 1);
     let ns = s.create_namespace(&[], &[]).await?;
+    // The ServiceAccount admission plugin refuses a Pod until kcm has made `default`.
+    s.default_service_account(&ns).await?;
     match run_plain_pod(node, s.client(), &ns, "before", &image).await? {
         PodOutcome::PullFailed(message) if message.contains("401 Unauthorized") => {}
         other => return Err(format!("before the manager: {other:?}").into()),
