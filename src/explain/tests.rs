@@ -23,11 +23,9 @@ fn view() -> StaticView {
     );
     let mut namespaces = loaded.namespaces;
     let mut bees = NamespaceMeta::named("bees");
-    bees.labels.insert("team".into(), "b".into());
+    bees.labels.insert("team", "b");
     let mut hushed = NamespaceMeta::named("hushed");
-    hushed
-        .annotations
-        .insert("cheiron.anny.co/ignore".into(), "true".into());
+    hushed.annotations.insert("cheiron.anny.co/ignore", "true");
     namespaces.extend([bees, hushed, NamespaceMeta::named("prod-eu")]);
     StaticView::new(loaded.managers, namespaces)
 }
@@ -150,7 +148,7 @@ fn every_verdict_says_why_in_words() {
         kind: SubjectKind::Pod,
         name: "web".into(),
         labels: [("app".to_owned(), "web".to_owned())].into(),
-        annotations: BTreeMap::new(),
+        annotations: Default::default(),
         existing: vec!["own".into()],
         images: vec!["registry.example.com/web:2".into()],
         has_metadata: true,
@@ -231,8 +229,8 @@ fn a_matching_images_secret_names_the_images_it_serves() {
     let pod = Interpreted {
         kind: SubjectKind::Pod,
         name: "api".into(),
-        labels: BTreeMap::new(),
-        annotations: BTreeMap::new(),
+        labels: Default::default(),
+        annotations: Default::default(),
         existing: Vec::new(),
         images: vec![
             "quay.io/org/api:1".into(),

@@ -3,14 +3,12 @@
 //! not, in the order that test checks (mode, scope, selectors), then the opt-outs and image
 //! matching the webhook's decision applies after it.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 
 use crate::{
     admission::Interpreted,
     api::{Injection, Mode, annotation},
-    policy::{Image, Manager, NamespaceMeta, Scope, SubjectKind},
+    policy::{Image, Manager, NamespaceMeta, Pairs, Scope, SubjectKind},
 };
 
 /// The kinds of verdict, for scripts (`-o json`).
@@ -201,8 +199,7 @@ fn object_opt_out(object: &Interpreted) -> Option<String> {
 
 /// The namespace's opt-out, named, as [`crate::policy::namespace_opted_out`] reads it.
 fn namespace_opt_out(namespace: &NamespaceMeta) -> Option<String> {
-    let ignored =
-        |map: &BTreeMap<String, String>| map.get(annotation::IGNORE).is_some_and(|v| v == "true");
+    let ignored = |map: &Pairs| map.get(annotation::IGNORE) == Some("true");
     let what = if ignored(&namespace.labels) {
         "label"
     } else if ignored(&namespace.annotations) {
@@ -218,7 +215,9 @@ fn namespace_opt_out(namespace: &NamespaceMeta) -> Option<String> {
 }
 
 /// `{a=b, c=d}`, or `{}`.
-fn pairs(map: &BTreeMap<String, String>) -> String {
-    let list: Vec<String> = map.iter().map(|(k, v)| format!("{k}={v}")).collect();
+fn pairs<K: std::fmt::Display, V: std::fmt::Display>(
+    map: impl IntoIterator<Item = (K, V)>,
+) -> String {
+    let list: Vec<String> = map.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
     format!("{{{}}}", list.join(", "))
 }

@@ -90,8 +90,8 @@ pub fn view() -> &'static StaticView {
             };
             NamespaceMeta {
                 name: name.to_owned(),
-                labels: map(labels),
-                annotations: map(annotations),
+                labels: map(labels).into(),
+                annotations: map(annotations).into(),
             }
         };
         StaticView::new(

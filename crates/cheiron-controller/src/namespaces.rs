@@ -14,7 +14,8 @@ use kube::{ResourceExt, core::PartialObjectMeta, runtime::watcher};
 
 use crate::{
     api::GROUP,
-    policy::NamespaceMeta,
+    interned::Strings,
+    policy::{NamespaceMeta, Pairs},
     runtime::{Relist, Step},
 };
 
@@ -54,16 +55,33 @@ struct Inner {
     live: Option<LiveNamespaces>,
     /// Lists built so far.
     builds: u64,
+    /// The label and annotation strings the entries share.
+    strings: Strings,
 }
 
 /// What the controller keeps of a Namespace: the policy's view, with only cheiron's
-/// annotations (the opt-out), and whether it is being deleted.
-fn entry(ns: &PartialObjectMeta<Namespace>) -> (String, Entry) {
-    let mut meta = NamespaceMeta::from_metadata(&ns.metadata);
-    meta.annotations.retain(|key, _| {
+/// annotations (the opt-out), and whether it is being deleted. Label keys and values are
+/// shared through `strings`: every namespace's `kubernetes.io/metadata.name` key is one string.
+fn entry(ns: &PartialObjectMeta<Namespace>, strings: &mut Strings) -> (String, Entry) {
+    let ours = |key: &str| {
         key.strip_prefix(GROUP)
             .is_some_and(|rest| rest.starts_with('/'))
-    });
+    };
+    let mut shared = |map: &Option<std::collections::BTreeMap<String, String>>,
+                      keep: &dyn Fn(&str) -> bool| {
+        Pairs::from_shared(
+            map.iter()
+                .flatten()
+                .filter(|(k, _)| keep(k))
+                .map(|(k, v)| (strings.share(k), strings.share(v)))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let meta = NamespaceMeta {
+        name: ns.name_any(),
+        labels: shared(&ns.metadata.labels, &|_| true),
+        annotations: shared(&ns.metadata.annotations, &ours),
+    };
     (
         ns.name_any(),
         Entry {
@@ -89,21 +107,26 @@ impl NamespaceCache {
             current,
             relist,
             live,
+            strings,
             ..
         } = &mut *inner;
         match relist.follow(event) {
             Step::Began { .. } => return,
             Step::Listed(ns, set) => {
-                set.extend([entry(ns)]);
+                set.extend([entry(ns, strings)]);
                 return;
             }
             Step::Complete(mut set) => {
                 set.shrink_to_fit();
                 *current = set;
+                // The old entries are gone: what only they held goes with them.
+                *live = None;
+                strings.sweep();
             }
-            Step::Applied(ns) => current.extend([entry(ns)]),
+            Step::Applied(ns) => current.extend([entry(ns, strings)]),
             Step::Deleted(ns) => _ = current.remove(&ns.name_any()),
         }
+        strings.sweep_if_grown();
         *live = None;
     }
 
@@ -210,7 +233,7 @@ mod tests {
         );
         assert!(cache.get("gone").is_some(), "known while being deleted");
         let a = cache.get("a").unwrap_or_default();
-        assert_eq!(a.labels.get("tier").map(String::as_str), Some("apps"));
+        assert_eq!(a.labels.get("tier"), Some("apps"));
         assert_eq!(
             a.annotations.keys().collect::<Vec<_>>(),
             ["cheiron.anny.co/ignore"],
@@ -226,5 +249,42 @@ mod tests {
         assert_eq!(names(&cache.live()), ["b", "c"]);
         cache.apply(&watcher::Event::InitDone);
         assert_eq!(names(&cache.live()), ["d"]);
+    }
+
+    #[test]
+    fn namespaces_share_their_label_strings_and_a_relist_lets_go_of_the_old_ones() {
+        let cache = NamespaceCache::default();
+        cache.apply(&watcher::Event::Init);
+        for name in ["a", "b"] {
+            cache.apply(&watcher::Event::InitApply(ns(
+                name,
+                &[("tier", "apps")],
+                false,
+            )));
+        }
+        cache.apply(&watcher::Event::InitDone);
+        let (a, b) = (cache.get("a"), cache.get("b"));
+        let pair =
+            |n: &Option<Arc<NamespaceMeta>>| n.as_ref().map(|n| n.labels.shared()[0].clone());
+        let (Some((ka, va)), Some((kb, vb))) = (pair(&a), pair(&b)) else {
+            panic!("both namespaces are cached with their label");
+        };
+        assert!(
+            Arc::ptr_eq(&ka, &kb) && Arc::ptr_eq(&va, &vb),
+            "one `tier` and one `apps`"
+        );
+        drop((a, b, ka, va, kb, vb));
+        cache.apply(&watcher::Event::Init);
+        cache.apply(&watcher::Event::InitApply(ns("c", &[("team", "x")], false)));
+        cache.apply(&watcher::Event::InitDone);
+        let held = cache
+            .inner
+            .read()
+            .map(|i| i.strings.len())
+            .unwrap_or_default();
+        assert_eq!(
+            held, 4,
+            "after the relist only `team`, `x` and the opt-out annotation's key and value are held"
+        );
     }
 }

@@ -125,7 +125,7 @@ fn creates_the_secret_in_every_target_namespace_with_labels_and_owner() -> TestR
     let mut namespaces = ns(&["one", "two", "skip", "kube-system"]);
     namespaces.push(NamespaceMeta {
         name: "opted".into(),
-        labels: BTreeMap::from([("cheiron.anny.co/ignore".into(), "true".into())]),
+        labels: [("cheiron.anny.co/ignore", "true")].into(),
         ..NamespaceMeta::default()
     });
     let p = plan(

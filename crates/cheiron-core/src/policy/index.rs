@@ -44,7 +44,9 @@ fn place(scope: &Scope) -> Place {
             if !include.is_empty() && include.iter().all(|g| g.is_literal()) {
                 return Place::Names(include.iter().map(|g| g.as_str().to_owned()).collect());
             }
-            let expressions = selector.clone().into_iter().flatten();
+            let expressions = selector
+                .iter()
+                .flat_map(|s| s.expressions().iter().cloned());
             let mut set_based = None;
             for expression in expressions {
                 match expression {
@@ -224,8 +226,8 @@ impl ManagerIndex {
         for (key, value) in &namespace.labels {
             let list = self
                 .by_label
-                .get(key.as_str())
-                .and_then(|by_value| by_value.get(value.as_str()));
+                .get(key)
+                .and_then(|by_value| by_value.get(value));
             if let Some(list) = list {
                 found.extend(list.iter().cloned());
             }

@@ -11,7 +11,8 @@ use kube::{
 
 use super::registries::{Image, RegistryList};
 use super::{
-    InvalidGlob, NamespaceGlob, NamespaceMeta, Registries, Scope, Subject, SubjectKind, registries,
+    InvalidGlob, NamespaceGlob, NamespaceMeta, NamespaceSelector, Registries, Scope, Subject,
+    SubjectKind, registries,
 };
 use crate::api::{
     ClusterImagePullSecretManager, ImagePullSecretManager, Injection, ManagerStatus, Mode,
@@ -215,7 +216,8 @@ impl Manager {
             );
         }
         let scope = Scope::Cluster {
-            selector: selector(&id, "namespaceSelector", spec.namespace_selector.as_ref())?,
+            selector: selector(&id, "namespaceSelector", spec.namespace_selector.as_ref())?
+                .map(NamespaceSelector::from),
             include: globs(&spec.namespaces)?,
             exclude,
         };

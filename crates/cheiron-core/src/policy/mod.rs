@@ -4,6 +4,7 @@
 mod glob;
 mod index;
 mod manager;
+mod pairs;
 mod registries;
 mod scope;
 mod view;
@@ -14,8 +15,9 @@ mod tests;
 pub use glob::{InvalidGlob, NamespaceGlob};
 pub use index::ManagerIndex;
 pub use manager::{InvalidManager, Manager, ManagerId, ManagerKind, live_managers};
+pub use pairs::Pairs;
 pub use registries::{Image, MAX_REGISTRIES, Registries, RegistryList};
-pub use scope::Scope;
+pub use scope::{NamespaceSelector, Scope};
 pub use view::{NamespaceMeta, StaticView, View, WithNamespace};
 
 use std::collections::BTreeMap;
@@ -105,8 +107,8 @@ pub enum Decision {
     Skip(Skip),
 }
 
-/// True when `annotations` (or labels) opt out with `cheiron.anny.co/ignore: "true"`.
-fn ignored(map: &BTreeMap<String, String>) -> bool {
+/// True when a namespace's labels or annotations opt out with `cheiron.anny.co/ignore: "true"`.
+fn ignored(map: &Pairs) -> bool {
     map.get(annotation::IGNORE).is_some_and(|v| v == "true")
 }
 

@@ -27,8 +27,8 @@ fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 fn ns(name: &str, labels: &[(&str, &str)]) -> NamespaceMeta {
     NamespaceMeta {
         name: name.to_owned(),
-        labels: map(labels),
-        annotations: BTreeMap::new(),
+        labels: map(labels).into(),
+        annotations: Default::default(),
     }
 }
 
@@ -46,7 +46,7 @@ impl Object {
             kind: SubjectKind::Pod,
             name: String::new(),
             labels: map(labels),
-            annotations: BTreeMap::new(),
+            annotations: Default::default(),
             images: Vec::new(),
         }
     }
@@ -54,8 +54,8 @@ impl Object {
         Self {
             kind: SubjectKind::ServiceAccount,
             name: name.to_owned(),
-            labels: BTreeMap::new(),
-            annotations: BTreeMap::new(),
+            labels: Default::default(),
+            annotations: Default::default(),
             images: Vec::new(),
         }
     }
@@ -322,7 +322,7 @@ fn namespace_label_or_annotation_opts_out() -> TestResult {
     let sa = Object::service_account("default");
     let labelled = ns("team", &[(annotation::IGNORE, "true")]);
     let mut annotated = ns("team", &[]);
-    annotated.annotations = map(&[(annotation::IGNORE, "true")]);
+    annotated.annotations = map(&[(annotation::IGNORE, "true")]).into();
     for namespace in [labelled, annotated] {
         assert_eq!(
             decide(&sa.subject(), &namespace, [&m]),

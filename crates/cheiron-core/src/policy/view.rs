@@ -3,11 +3,11 @@
 //! mode and tests.
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{HashMap, HashSet},
     sync::Arc,
 };
 
-use super::{Manager, ManagerIndex};
+use super::{Manager, ManagerIndex, Pairs};
 
 /// The parts of a Namespace the policy reads.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -15,9 +15,9 @@ pub struct NamespaceMeta {
     /// `metadata.name`.
     pub name: String,
     /// `metadata.labels`.
-    pub labels: BTreeMap<String, String>,
+    pub labels: Pairs,
     /// `metadata.annotations`.
-    pub annotations: BTreeMap<String, String>,
+    pub annotations: Pairs,
 }
 
 impl NamespaceMeta {
@@ -35,8 +35,8 @@ impl NamespaceMeta {
     ) -> Self {
         Self {
             name: meta.name.clone().unwrap_or_default(),
-            labels: meta.labels.clone().unwrap_or_default(),
-            annotations: meta.annotations.clone().unwrap_or_default(),
+            labels: meta.labels.iter().flatten().collect(),
+            annotations: meta.annotations.iter().flatten().collect(),
         }
     }
 }

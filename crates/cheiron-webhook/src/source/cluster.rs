@@ -416,8 +416,8 @@ impl Source for ClusterSource {
             match tokio::time::timeout(NAMESPACE_LOOKUP_TIMEOUT, api.get_metadata_opt(name)).await {
                 Ok(Ok(Some(ns))) => NamespaceLookup::Found(NamespaceMeta {
                     name: name.to_owned(),
-                    labels: ns.metadata.labels.unwrap_or_default(),
-                    annotations: ns.metadata.annotations.unwrap_or_default(),
+                    labels: ns.metadata.labels.into_iter().flatten().collect(),
+                    annotations: ns.metadata.annotations.into_iter().flatten().collect(),
                 }),
                 Ok(Ok(None)) => NamespaceLookup::Unknown,
                 Ok(Err(e)) => {
@@ -541,7 +541,7 @@ mod tests {
         assert_eq!(names(&view, "team"), ["older", "newer"]);
         assert_eq!(names(&view, "elsewhere"), ["newer"]);
         let team = view.namespace("team").ok_or("team missing")?;
-        assert_eq!(team.labels.get("tier").map(String::as_str), Some("apps"));
+        assert_eq!(team.labels.get("tier"), Some("apps"));
         assert_eq!(view.namespace("elsewhere"), None);
         assert_eq!(view.secret_exists("team", "a"), Some(true));
         assert_eq!(view.secret_exists("team", "b"), Some(false));

@@ -211,8 +211,8 @@ fn load_file(path: &Path, loaded: &mut Loaded) -> Result<(), LoadError> {
                 let ns: Namespace = typed(value, parse_error)?;
                 loaded.namespaces.push(NamespaceMeta {
                     name: ns.name_any(),
-                    labels: ns.metadata.labels.unwrap_or_default(),
-                    annotations: ns.metadata.annotations.unwrap_or_default(),
+                    labels: ns.metadata.labels.into_iter().flatten().collect(),
+                    annotations: ns.metadata.annotations.into_iter().flatten().collect(),
                 });
             }
             _ => {

@@ -4,7 +4,7 @@
 //! `cheiron.anny.co/*` annotations, and at 100 000 namespaces the difference is most of the
 //! webhook's memory.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{ResourceExt, core::PartialObjectMeta, runtime::watcher};
@@ -126,20 +126,20 @@ impl NamespaceTable {
         let (labels, annotations) = entry
             .pairs
             .split_at(usize::from(entry.labels).min(entry.pairs.len()));
-        let map = |pairs: &[(Sym, Sym)]| -> BTreeMap<String, String> {
+        let text = |pairs: &'_ [(Sym, Sym)]| {
             pairs
                 .iter()
-                .map(|(k, v)| (symbols.text(*k).to_owned(), symbols.text(*v).to_owned()))
-                .collect()
+                .map(|(k, v)| (symbols.text(*k), symbols.text(*v)))
+                .collect::<Vec<_>>()
         };
-        let mut labels = map(labels);
+        let mut labels = text(labels);
         if entry.named {
-            labels.insert(NAME_LABEL.to_owned(), name.to_owned());
+            labels.push((NAME_LABEL, name));
         }
         Some(NamespaceMeta {
             name: name.to_owned(),
-            labels,
-            annotations: map(annotations),
+            labels: labels.into_iter().collect(),
+            annotations: text(annotations).into_iter().collect(),
         })
     }
 
@@ -164,6 +164,7 @@ fn release_pairs(symbols: &mut Symbols, entry: &Entry) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::Pairs;
 
     fn ns(
         name: &str,
@@ -207,14 +208,11 @@ mod tests {
         let team = table.get(&symbols, "team").unwrap_or_default();
         assert_eq!(
             team.labels,
-            BTreeMap::from([
-                ("tier".to_owned(), "apps".to_owned()),
-                (NAME_LABEL.to_owned(), "team".to_owned()),
-            ])
+            Pairs::from([("tier", "apps"), (NAME_LABEL, "team")])
         );
         assert_eq!(
             team.annotations,
-            BTreeMap::from([("cheiron.anny.co/ignore".to_owned(), "true".to_owned())])
+            Pairs::from([("cheiron.anny.co/ignore", "true")])
         );
         assert!(
             symbols.get("{...}").is_none(),
@@ -230,7 +228,7 @@ mod tests {
             &watcher::Event::Apply(ns("a", &[(NAME_LABEL, "b")], &[])),
         );
         let a = table.get(&symbols, "a").unwrap_or_default();
-        assert_eq!(a.labels.get(NAME_LABEL).map(String::as_str), Some("b"));
+        assert_eq!(a.labels.get(NAME_LABEL), Some("b"));
     }
 
     #[test]

@@ -42,7 +42,7 @@ fn ns(name: &str, labels: &[(&str, &str)]) -> NamespaceMeta {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect(),
-        annotations: BTreeMap::new(),
+        annotations: Default::default(),
     }
 }
 
@@ -247,7 +247,7 @@ fn namespace() -> impl Strategy<Value = NamespaceMeta> {
                 .into_iter()
                 .map(|(k, v)| (KEYS[k].to_owned(), VALUES[v].to_owned()))
                 .collect(),
-            annotations: BTreeMap::new(),
+            annotations: Default::default(),
         })
 }
 
