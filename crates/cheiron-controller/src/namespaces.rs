@@ -110,6 +110,7 @@ impl NamespaceCache {
             strings,
             ..
         } = &mut *inner;
+        let mut relisted = false;
         match relist.follow(event) {
             Step::Began { .. } => return,
             Step::Listed(ns, set) => {
@@ -119,15 +120,18 @@ impl NamespaceCache {
             Step::Complete(mut set) => {
                 set.shrink_to_fit();
                 *current = set;
-                // The old entries are gone: what only they held goes with them.
-                *live = None;
-                strings.sweep();
+                relisted = true;
             }
             Step::Applied(ns) => current.extend([entry(ns, strings)]),
             Step::Deleted(ns) => _ = current.remove(&ns.name_any()),
         }
-        strings.sweep_if_grown();
         *live = None;
+        if relisted {
+            // A relist replaced every entry: what only the old ones held goes with them.
+            strings.sweep();
+        } else {
+            strings.sweep_if_grown();
+        }
     }
 
     /// The namespace, if known (also while it is being deleted).

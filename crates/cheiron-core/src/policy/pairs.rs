@@ -13,11 +13,6 @@ use std::{collections::BTreeMap, fmt, sync::Arc};
 pub struct Pairs(Box<[(Arc<str>, Arc<str>)]>);
 
 impl Pairs {
-    /// No pairs.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// Pairs from strings the caller may share with others (a cache's interned strings). A
     /// key given twice keeps its last value, as inserting into a map would.
     pub fn from_shared(pairs: impl IntoIterator<Item = (Arc<str>, Arc<str>)>) -> Self {
@@ -83,26 +78,6 @@ impl Pairs {
                 self.0 = list.into_boxed_slice();
             }
         }
-    }
-
-    /// Keeps only the pairs for which `keep(key, value)` is true.
-    pub fn retain(&mut self, mut keep: impl FnMut(&str, &str) -> bool) {
-        if self.iter().all(|(k, v)| keep(k, v)) {
-            return;
-        }
-        let kept: Vec<(Arc<str>, Arc<str>)> = std::mem::take(&mut self.0)
-            .into_vec()
-            .into_iter()
-            .filter(|(k, v)| keep(k, v))
-            .collect();
-        self.0 = kept.into_boxed_slice();
-    }
-
-    /// The pairs as a map, for APIs that take one.
-    pub fn to_map(&self) -> BTreeMap<String, String> {
-        self.iter()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect()
     }
 }
 
@@ -174,20 +149,17 @@ mod tests {
         for (k, v) in &map {
             assert_eq!(pairs.get(k), Some(v.as_str()));
         }
-        assert_eq!(pairs.to_map(), map);
+        assert!(
+            pairs
+                .iter()
+                .eq(map.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        );
         assert_eq!(format!("{pairs:?}"), format!("{map:?}"));
     }
 
     #[test]
-    fn retain_and_insert_keep_the_pairs_sorted_and_drop_only_what_they_are_told_to() {
-        let mut pairs: Pairs = [("cheiron.anny.co/ignore", "true"), ("other", "x")].into();
-        pairs.retain(|k, _| k.starts_with("cheiron.anny.co/"));
-        assert_eq!(
-            pairs.iter().collect::<Vec<_>>(),
-            [("cheiron.anny.co/ignore", "true")]
-        );
-        pairs.retain(|_, _| true);
-        assert_eq!(pairs.len(), 1);
+    fn insert_keeps_the_pairs_sorted_and_replaces_a_present_key() {
+        let mut pairs: Pairs = [("cheiron.anny.co/ignore", "true")].into();
         pairs.insert("a", "1");
         pairs.insert("z", "2");
         pairs.insert("a", "3");
