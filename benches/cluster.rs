@@ -26,6 +26,8 @@
 //! Run: `cargo bench --bench cluster`, or only some phases with
 //! `cargo bench --bench cluster -- --phases latency,rotation,steady,provider,health,memory` (the
 //! rotation namespaces are created by whichever of `rotation` and `provider` runs first).
+//! `--profiles DIR` adds CPU profiles of each provider round (kube-apiserver's pprof, and
+//! `perf record` of the controller where perf is installed) to DIR.
 //! Progress goes to stderr, the results table to stdout.
 
 use std::{
@@ -104,9 +106,17 @@ const PHASES: [&str; 6] = [
     "latency", "rotation", "steady", "provider", "health", "memory",
 ];
 
-/// The phases `--phases a,b` names (all without it); `cargo bench` adds `--bench`.
-fn phases() -> Result<Vec<String>> {
+/// What the command line asks for: the phases `--phases a,b` names (all without it) and, with
+/// `--profiles DIR`, where to write CPU profiles of each provider round. `cargo bench` adds
+/// `--bench`.
+struct Options {
+    phases: Vec<String>,
+    profiles: Option<PathBuf>,
+}
+
+fn options() -> Result<Options> {
     let mut chosen: Option<Vec<String>> = None;
+    let mut profiles = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -121,14 +131,25 @@ fn phases() -> Result<Vec<String>> {
                 }
                 chosen = Some(names);
             }
+            "--profiles" => {
+                let dir = PathBuf::from(args.next().ok_or("--profiles needs a directory")?);
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+                profiles = Some(dir);
+            }
             other => {
-                return Err(
-                    format!("unknown argument {other:?} (--phases {})", PHASES.join(",")).into(),
-                );
+                return Err(format!(
+                    "unknown argument {other:?} (--phases {}, --profiles DIR)",
+                    PHASES.join(",")
+                )
+                .into());
             }
         }
     }
-    Ok(chosen.unwrap_or_else(|| PHASES.iter().map(|p| (*p).to_owned()).collect()))
+    Ok(Options {
+        phases: chosen.unwrap_or_else(|| PHASES.iter().map(|p| (*p).to_owned()).collect()),
+        profiles,
+    })
 }
 
 fn main() -> Result {
@@ -155,7 +176,7 @@ fn row(metric: &str, value: String, target: &str, met: Option<bool>) -> Row {
 }
 
 async fn run() -> Result {
-    let phases = phases()?;
+    let Options { phases, profiles } = options()?;
     let runs = |phase: &str| phases.iter().any(|p| p == phase);
     let started = Instant::now();
     eprintln!("[bench] starting the cluster (etcd, kube-apiserver, kcm, shared webhook)…");
@@ -210,7 +231,20 @@ async fn run() -> Result {
     }
     if runs("provider") {
         rotation_namespaces(&scenario, &client, &mut bare_ready).await?;
-        rows.extend(provider_rotation(&scenario, &client, &controller, &meter, &plugin).await?);
+        let profiler = profiles
+            .map(|dir| Profiler::new(&client, dir, &controller))
+            .transpose()?;
+        rows.extend(
+            provider_rotation(
+                &scenario,
+                &client,
+                &controller,
+                &meter,
+                &plugin,
+                profiler.as_ref(),
+            )
+            .await?,
+        );
     }
 
     eprintln!("[bench] stopping the controller");
@@ -863,6 +897,89 @@ impl Meter {
     }
 }
 
+/// How long each profile of a provider round runs: a round takes about 1 s, and every kind of
+/// round gets the same window, so that the apiserver's background work weighs the same in each.
+const PROFILE_SECONDS: u64 = 3;
+
+/// `--profiles DIR`: a CPU profile of kube-apiserver (its `/debug/pprof/profile`, served by
+/// default to a client allowed `get` on that path) and a `perf record` of cheiron's controller
+/// over each provider round, written to DIR as `ROUND-KIND-apiserver.pb.gz` (read with
+/// `go tool pprof`) and `ROUND-KIND-controller.perf.data` (`perf report -i`).
+struct Profiler {
+    client: Client,
+    dir: PathBuf,
+    controller: u32,
+}
+
+/// The profiles of one round, running.
+struct Profile {
+    apiserver: tokio::task::JoinHandle<Result>,
+    controller: Option<Child>,
+}
+
+impl Profiler {
+    fn new(client: &Client, dir: PathBuf, controller: &CheironProcess) -> Result<Self> {
+        Ok(Self {
+            client: client.clone(),
+            dir,
+            controller: controller.pid()?,
+        })
+    }
+
+    /// Starts the profiles of round `name` when there is a profiler, and returns once the
+    /// apiserver's is running.
+    async fn start(profiler: Option<&Self>, name: &str) -> Result<Option<Profile>> {
+        let Some(profiler) = profiler else {
+            return Ok(None);
+        };
+        let client = profiler.client.clone();
+        let path = profiler.dir.join(format!("{name}-apiserver.pb.gz"));
+        let apiserver = tokio::spawn(async move {
+            let request =
+                http::Request::get(format!("/debug/pprof/profile?seconds={PROFILE_SECONDS}"))
+                    .body(Vec::new())?;
+            let mut body = client.request_stream(request).await?;
+            let mut bytes = Vec::new();
+            futures::AsyncReadExt::read_to_end(&mut body, &mut bytes).await?;
+            std::fs::write(&path, bytes)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            Ok(())
+        });
+        let perf_data = profiler.dir.join(format!("{name}-controller.perf.data"));
+        // Without perf the apiserver's profile still says where the time goes.
+        let controller = Command::new("perf")
+            .args(["record", "-q", "-F", "999", "-p"])
+            .arg(profiler.controller.to_string())
+            .arg("-o")
+            .arg(&perf_data)
+            .args(["--", "sleep", &PROFILE_SECONDS.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok();
+        // The apiserver starts profiling when the request arrives.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        Ok(Some(Profile {
+            apiserver,
+            controller,
+        }))
+    }
+}
+
+impl Profile {
+    /// Waits for the profiles of a round, if any.
+    async fn finish(profile: Option<Self>) -> Result {
+        let Some(profile) = profile else {
+            return Ok(());
+        };
+        profile.apiserver.await??;
+        if let Some(mut perf) = profile.controller {
+            tokio::task::spawn_blocking(move || perf.wait()).await??;
+        }
+        Ok(())
+    }
+}
+
 /// A watch on the Secrets matching a selector that notes when all
 /// [`ROTATION_NAMESPACES`] of them are `expected`.
 struct Observer {
@@ -1149,6 +1266,7 @@ async fn provider_rotation(
     controller: &CheironProcess,
     meter: &Meter,
     plugin: &FakePlugin,
+    profiler: Option<&Profiler>,
 ) -> Result<Vec<Row>> {
     let manager = format!("{}-provider", scenario.id());
     eprintln!(
@@ -1217,16 +1335,21 @@ spec:
         let metric_calls_before = controller
             .metric("cheiron_credential_provider_calls_total")
             .await?;
+        let round = bare.len();
+        let profile = Profiler::start(profiler, &format!("{round}-bare")).await?;
         let (written, _, _) =
-            bare_replace(client, meter, &format!("provider-bare-{}", bare.len())).await?;
+            bare_replace(client, meter, &format!("provider-bare-{round}")).await?;
+        Profile::finish(profile).await?;
         let watches = MetadataWatches::open(client, &format!("{PROVIDER_SHAPED}=true"), 2).await?;
+        let profile = Profiler::start(profiler, &format!("{round}-shaped-watched")).await?;
         let (written_watched, _, _) = bare_replace_labelled(
             client,
             meter,
             PROVIDER_SHAPED,
-            &format!("provider-watched-{}", bare.len()),
+            &format!("provider-watched-{round}"),
         )
         .await?;
+        Profile::finish(profile).await?;
         drop(watches);
         let next = before + 1;
         let observer = Observer::start(client, copies_selector(&manager), move |s| {
@@ -1245,9 +1368,21 @@ spec:
             }
             continue;
         }
+        // Profiled from the moment the plugin's call is seen (polled every 2 ms): the
+        // controller's first write follows the call by 14 to 28 ms.
+        let profile = match profiler {
+            Some(_) if plugin.last_call()? == before => {
+                while plugin.last_call()? == before {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                Profiler::start(profiler, &format!("{round}-cheiron")).await?
+            }
+            _ => None,
+        };
         bare.push(written);
         watched.push(written_watched);
         let (first_at, done_at) = observer.done().await?;
+        Profile::finish(profile).await?;
         let called = *plugin
             .calls()?
             .get(&next)
