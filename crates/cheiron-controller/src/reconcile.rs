@@ -55,20 +55,13 @@ pub async fn reconcile<K: ManagerObject>(
     let started = Instant::now();
     let (namespace, name) = (manager.namespace(), manager.name_any());
     let api = manager.api(ctx.home.client.clone());
-    let result = finalizer(&api, FINALIZER, manager, |event| async {
+    let result = with_finalizer(&api, manager, |event| async {
         match event {
             finalizer::Event::Apply(m) => apply(&*m, &ctx).await,
             finalizer::Event::Cleanup(m) => cleanup(&*m, &ctx).await,
         }
     })
     .await;
-    let result = match result {
-        // A second queued cleanup of a manager whose finalizer is already gone: done.
-        Err(finalizer::Error::RemoveFinalizer(kube::Error::Api(s))) if s.code == 404 => {
-            Ok(Action::await_change())
-        }
-        other => other.map_err(|e| ControllerError::Finalizer(Box::new(e))),
-    };
     let elapsed = started.elapsed();
     ctx.metrics().reconcile.record(
         K::KIND,
@@ -84,6 +77,62 @@ pub async fn reconcile<K: ManagerObject>(
         "reconciled"
     );
     result
+}
+
+/// kube-runtime's finalizer helper around `body`, with the two outcomes that are not failures
+/// settled:
+///
+/// - A second queued cleanup of a manager whose finalizer is already gone (404): done.
+/// - A reconcile whose view of its manager is older than the manager (422 on adding the
+///   finalizer): a trigger from another watch (a Namespace, a ServiceAccount, a copy) ran it
+///   before the manager's own watch brought the finalizer an earlier reconcile had just added,
+///   and the helper's patch, which tests that the finalizers are as seen, was refused. The
+///   manager's watch brings the newer manager and with it the next reconcile. Told apart from
+///   a refusal of the patch itself (an admission policy also answers 422) by reading the
+///   manager's resourceVersion: moved on since the view, or the manager gone.
+async fn with_finalizer<K, F, Fut>(
+    api: &kube::Api<K>,
+    manager: Arc<K>,
+    body: F,
+) -> Result<Action, ControllerError>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+    F: FnOnce(finalizer::Event<K>) -> Fut,
+    Fut: std::future::Future<Output = Result<Action, ControllerError>>,
+{
+    let (name, seen) = (manager.name_any(), manager.resource_version());
+    match finalizer(api, FINALIZER, manager, body).await {
+        Err(finalizer::Error::RemoveFinalizer(kube::Error::Api(s))) if s.code == 404 => {
+            Ok(Action::await_change())
+        }
+        Err(finalizer::Error::AddFinalizer(kube::Error::Api(s)))
+            if s.code == 422 && moved_on(api, &name, seen.as_deref()).await =>
+        {
+            tracing::debug!(
+                name,
+                "the manager changed since this reconcile's view of it; its watch brings the next"
+            );
+            Ok(Action::await_change())
+        }
+        other => other.map_err(|e| ControllerError::Finalizer(Box::new(e))),
+    }
+}
+
+/// True when the manager `name` is no longer at resourceVersion `seen`, or is gone. A failed
+/// read says nothing, and is false.
+async fn moved_on<K>(api: &kube::Api<K>, name: &str, seen: Option<&str>) -> bool
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    match api.get_metadata_opt(name).await {
+        Ok(Some(current)) => current.metadata.resource_version.as_deref() != seen,
+        Ok(None) => true,
+        Err(_) => false,
+    }
 }
 
 /// Requeues a failed reconcile with exponential backoff per manager ([`retry_delay`]: 5 s
@@ -476,3 +525,6 @@ async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action,
     ctx.trigger(&plan::rivals(&id, held.map(String::as_str), &others));
     Ok(Action::await_change())
 }
+
+#[cfg(test)]
+mod tests;
