@@ -153,7 +153,7 @@ async fn watch_source(
             }
             Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
             Err(e) => {
-                tracing::warn!(source = %format!("{namespace}/{name}"), error = %e, "source watch failed; retrying")
+                tracing::warn!(source = %format!("{namespace}/{name}"), error = %crate::message::watch_error(&e), "source watch failed; retrying")
             }
         }
     }

@@ -286,9 +286,10 @@ impl Routing {
     }
 }
 
-/// How the controller's own watches' errors are logged: as they are.
+/// How the controller's own watches' errors are logged: the apiserver's message and code
+/// ([`crate::message::watch_error`]).
 pub fn trusted_error(e: &watcher::Error) -> String {
-    e.to_string()
+    crate::message::watch_error(e)
 }
 
 /// Watches Namespaces (metadata only), cheiron's own Secrets (label selector) and

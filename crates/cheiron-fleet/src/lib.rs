@@ -659,7 +659,7 @@ impl Fleet {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(kind = "CustomResourceDefinition", error = %e, "Cluster API CRD watch failed; retrying")
+                    tracing::warn!(kind = "CustomResourceDefinition", error = %message::watch_error(&e), "Cluster API CRD watch failed; retrying")
                 }
             }
         }
@@ -713,7 +713,7 @@ impl Fleet {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(kind = "Secret", error = %e, "kubeconfig watch failed; retrying")
+                    tracing::warn!(kind = "Secret", error = %message::watch_error(&e), "kubeconfig watch failed; retrying")
                 }
             }
         }
@@ -866,7 +866,7 @@ impl Fleet {
                     self.trigger_all();
                 }
                 Err(e) => {
-                    tracing::warn!(kind = "Cluster", error = %e, "Cluster watch failed; retrying")
+                    tracing::warn!(kind = "Cluster", error = %message::watch_error(&e), "Cluster watch failed; retrying")
                 }
             }
         }

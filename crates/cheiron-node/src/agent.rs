@@ -283,7 +283,7 @@ fn forward(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(stream.for_each(move |event| {
         if let Err(e) = event {
-            tracing::warn!(watch = what, error = %e, "watch failed; retrying");
+            tracing::warn!(watch = what, error = %message::watch_error(&e), "watch failed; retrying");
         }
         if relevant() {
             changed.notify_one();

@@ -125,7 +125,7 @@ pub async fn keep(
         let changed = changed.clone();
         tasks.push(AbortOnDrop(tokio::spawn(stream.for_each(move |event| {
             if let Err(e) = event {
-                tracing::warn!(watch = what, error = %e, "watch failed; retrying");
+                tracing::warn!(watch = what, error = %message::watch_error(&e), "watch failed; retrying");
             }
             changed.store(true, Ordering::Release);
             std::future::ready(())

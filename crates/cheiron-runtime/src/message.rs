@@ -16,6 +16,19 @@ pub fn api_error(e: &kube::Error) -> String {
     }
 }
 
+/// A watch's error as one line, its apiserver answer as [`api_error`] gives it (kube-runtime's
+/// own Display appends the whole `Status` as debug output).
+pub fn watch_error(e: &kube::runtime::watcher::Error) -> String {
+    use kube::runtime::watcher::Error;
+    match e {
+        Error::InitialListFailed(k) => format!("initial list failed: {}", api_error(k)),
+        Error::WatchStartFailed(k) => format!("watch start failed: {}", api_error(k)),
+        Error::WatchError(s) => format!("watch error: {} ({})", s.message.trim(), s.code),
+        Error::WatchFailed(k) => format!("watch failed: {}", api_error(k)),
+        other => without_values(&other.to_string()),
+    }
+}
+
 /// A parser's message with every value it quotes hidden: serde quotes the unexpected value
 /// (``invalid type: integer `918273645`, expected a string``, `string "s3cr3t"`), and in a
 /// manager that value may be a password. The shape of the message, and its line and column,
@@ -47,7 +60,7 @@ pub fn without_values(message: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{api_error, without_values};
+    use super::{api_error, watch_error, without_values};
 
     #[test]
     fn an_error_that_is_not_the_apis_never_repeats_the_values_it_quotes() {
@@ -74,5 +87,28 @@ mod tests {
         );
         assert_eq!(without_values("unterminated `s3cr"), "unterminated `…");
         assert_eq!(without_values("nothing quoted"), "nothing quoted");
+    }
+
+    #[test]
+    fn a_watch_error_reads_as_the_apiservers_message_and_code_without_the_status_dump() {
+        let status = || {
+            Box::new(kube::core::Status {
+                code: 403,
+                message: "secrets is forbidden: User \"x\" cannot watch".to_owned(),
+                reason: "Forbidden".to_owned(),
+                ..kube::core::Status::default()
+            })
+        };
+        let listed = kube::runtime::watcher::Error::InitialListFailed(kube::Error::Api(status()));
+        assert_eq!(
+            watch_error(&listed),
+            "initial list failed: secrets is forbidden: User \"x\" cannot watch (403)"
+        );
+        let ended = kube::runtime::watcher::Error::WatchError(status());
+        assert_eq!(
+            watch_error(&ended),
+            "watch error: secrets is forbidden: User \"x\" cannot watch (403)"
+        );
+        assert!(!watch_error(&ended).contains("Status {"));
     }
 }

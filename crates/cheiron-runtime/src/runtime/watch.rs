@@ -123,7 +123,7 @@ fn follow<K: Send + 'static>(
             {
                 tracing::info!(
                     kind = %s.kind,
-                    error = %e,
+                    error = %crate::message::watch_error(e),
                     "the apiserver does not serve streaming lists (WatchList); listing in pages"
                 );
                 s.strategy = InitialList::Paged;

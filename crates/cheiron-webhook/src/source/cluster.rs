@@ -206,7 +206,7 @@ async fn watch_managers<K: WatchedManager>(
             let event = match event {
                 Ok(event) => event,
                 Err(e) => {
-                    tracing::warn!(kind = K::KIND.as_str(), error = %e, "watch failed; retrying");
+                    tracing::warn!(kind = K::KIND.as_str(), error = %crate::message::watch_error(&e), "watch failed; retrying");
                     return future::ready(());
                 }
             };
@@ -236,7 +236,7 @@ async fn watch_inventory<K>(
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying")
+                    tracing::warn!(kind = %K::kind(&()), error = %crate::message::watch_error(&e), "watch failed; retrying")
                 }
             }
             future::ready(())
@@ -421,7 +421,7 @@ impl Source for ClusterSource {
                 }),
                 Ok(Ok(None)) => NamespaceLookup::Unknown,
                 Ok(Err(e)) => {
-                    tracing::warn!(namespace = name, error = %e, "namespace lookup failed");
+                    tracing::warn!(namespace = name, error = %crate::message::api_error(&e), "namespace lookup failed");
                     NamespaceLookup::Unknown
                 }
                 Err(_) => {
