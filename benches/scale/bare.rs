@@ -11,11 +11,14 @@ use std::{
 };
 
 use futures::{StreamExt, TryStreamExt, future, stream};
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::{
+    api::core::v1::{Secret, ServiceAccount},
+    apimachinery::pkg::apis::meta::v1::OwnerReference,
+};
 use kube::{
     Api, Client, ResourceExt,
     api::{Patch, PatchParams, PostParams},
-    core::ObjectMeta,
+    core::{ObjectMeta, PartialObjectMeta},
     runtime::{
         WatchStreamExt,
         reflector::{self, ObjectRef},
@@ -32,6 +35,94 @@ use crate::{
     },
     objects::{self, Shape, namespace},
 };
+
+/// The `app.kubernetes.io/managed-by` value of the bare client's Secrets shaped like cheiron's:
+/// not cheiron's, so that neither cheiron's controller nor its webhook watches them.
+const SHAPED_BY: &str = "bench-shaped";
+
+/// What the bare client's Secrets look like.
+pub enum Copies {
+    /// One label, the benchmark's: the least a client could write.
+    Plain,
+    /// What cheiron writes for manager `j`: its three labels (with another `managed-by`
+    /// value), a 64-hex annotation like its content hash and a controller ownerReference (to
+    /// `owner`), under `watches` metadata watches of them, as many as watch cheiron's copies.
+    Shaped {
+        owner: OwnerReference,
+        watches: usize,
+    },
+}
+
+impl Copies {
+    /// The Secret manager `j` wants in each namespace, written by the bare client.
+    fn secret(&self, j: usize, name: &str) -> Secret {
+        let mut metadata = ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(BTreeMap::from([(
+                BARE_ANNOTATION.to_owned(),
+                "true".to_owned(),
+            )])),
+            ..ObjectMeta::default()
+        };
+        if let Self::Shaped { owner, .. } = self {
+            metadata.labels = Some(BTreeMap::from([
+                (BARE_ANNOTATION.to_owned(), "true".to_owned()),
+                (
+                    "app.kubernetes.io/managed-by".to_owned(),
+                    SHAPED_BY.to_owned(),
+                ),
+                (
+                    "cheiron.anny.co/manager-kind".to_owned(),
+                    "ClusterImagePullSecretManager".to_owned(),
+                ),
+                (
+                    "cheiron.anny.co/manager-name".to_owned(),
+                    objects::cluster_manager_name(j),
+                ),
+            ]));
+            metadata.annotations = Some(BTreeMap::from([(
+                "cheiron.anny.co/content-sha256".to_owned(),
+                format!("{j:064x}"),
+            )]));
+            metadata.owner_references = Some(vec![owner.clone()]);
+        }
+        Secret {
+            metadata,
+            type_: Some("kubernetes.io/dockerconfigjson".to_owned()),
+            data: Some(objects::docker_config(&format!("bare-{j}.example.com"))),
+            ..Secret::default()
+        }
+    }
+
+    /// Opens the metadata watches of the shaped Secrets, each past its initial list.
+    async fn watch(&self, client: &Client) -> Result<Vec<tokio::task::JoinHandle<()>>> {
+        let Self::Shaped { watches, .. } = self else {
+            return Ok(Vec::new());
+        };
+        let mut handles = Vec::new();
+        for _ in 0..*watches {
+            let (synced_tx, synced) = tokio::sync::oneshot::channel::<()>();
+            let api: Api<PartialObjectMeta<Secret>> = Api::all(client.clone());
+            let config = watcher::Config::default()
+                .labels(&format!("app.kubernetes.io/managed-by={SHAPED_BY}"));
+            handles.push(tokio::spawn(async move {
+                let mut synced_tx = Some(synced_tx);
+                let mut events = watcher(api, config).default_backoff().boxed();
+                while let Some(event) = events.next().await {
+                    if matches!(event, Ok(watcher::Event::InitDone))
+                        && let Some(tx) = synced_tx.take()
+                    {
+                        let _ = tx.send(());
+                    }
+                }
+            }));
+            synced
+                .await
+                .map_err(|_| "a metadata watch of the shaped Secrets ended before its list")?;
+        }
+        Ok(handles)
+    }
+}
 
 /// The JSON Patch adding `name` to `sa` as cheiron's would (a `test` of the resourceVersion,
 /// the entry, two annotations), or `None` when `sa` has it.
@@ -121,7 +212,9 @@ pub async fn bare_client(
     n: usize,
     tag: &str,
     shape: Shape,
+    copies: &Copies,
 ) -> Result<(Duration, usize, usize)> {
+    let watches = copies.watch(client).await?;
     let (cache, writer) = reflector::store::<ServiceAccount>();
     let watch = tokio::spawn(
         watcher(
@@ -155,21 +248,7 @@ pub async fn bare_client(
                         let name = name.clone();
                         async move {
                             let api: Api<Secret> = Api::namespaced(client.clone(), &namespace(*i));
-                            let secret = Secret {
-                                metadata: ObjectMeta {
-                                    name: Some(name),
-                                    labels: Some(BTreeMap::from([(
-                                        BARE_ANNOTATION.to_owned(),
-                                        "true".to_owned(),
-                                    )])),
-                                    ..ObjectMeta::default()
-                                },
-                                type_: Some("kubernetes.io/dockerconfigjson".to_owned()),
-                                data: Some(objects::docker_config(&format!(
-                                    "bare-{j}.example.com"
-                                ))),
-                                ..Secret::default()
-                            };
+                            let secret = copies.secret(j, &name);
                             let pp = PostParams {
                                 field_manager: Some(objects::FIELD_MANAGER.to_owned()),
                                 ..PostParams::default()
@@ -214,6 +293,9 @@ pub async fn bare_client(
         .await?;
     let took = started.elapsed();
     watch.abort();
+    for w in watches {
+        w.abort();
+    }
     Ok((
         took,
         writes.load(Ordering::Relaxed),

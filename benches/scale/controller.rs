@@ -14,7 +14,7 @@ use k8s_openapi::api::{
     events::v1::Event,
 };
 use kube::{
-    Api, Client,
+    Api, Client, Resource,
     api::{ListParams, Patch, PatchParams},
     core::{ObjectMeta, PartialObjectMeta},
 };
@@ -65,10 +65,25 @@ async fn phase(client: &Client, cluster: &Cluster, n: usize, shape: Shape) -> Re
     let mut rows = Vec::new();
 
     eprintln!("[scale] controller: the bare client's writes");
-    let (bare, bare_writes, bare_conflicts) = bare::bare_client(client, n, "bare", shape).await?;
+    let (bare, bare_writes, bare_conflicts) =
+        bare::bare_client(client, n, "bare", shape, &bare::Copies::Plain).await?;
     eprintln!(
         "[scale]   bare client: {bare_writes} writes in {bare:.1?} ({bare_conflicts} patches made again)"
     );
+    // In the wide phase, the same writes with Secrets shaped like cheiron's, before cheiron and
+    // after it, as the plain ones.
+    let shaped = if shape == Shape::WIDE {
+        Some(bare::Copies::Shaped {
+            owner: shape_owner(client).await?,
+            watches: SHAPED_WATCHES,
+        })
+    } else {
+        None
+    };
+    let shaped_before = match &shaped {
+        Some(copies) => Some(shaped_round(client, n, shape, "bare3", copies).await?),
+        None => None,
+    };
     // The bare client's Secrets are the unrelated Secrets of the setup: top them up to 2 N
     // (the wide phase keeps its N).
     let top_up = if shape == Shape::WIDE {
@@ -231,12 +246,39 @@ async fn phase(client: &Client, cluster: &Cluster, n: usize, shape: Shape) -> Re
     // The bare client again, now that cheiron has converged (other names): machine load
     // drifts over a run of this length, so cheiron is compared with the mean of the two.
     eprintln!("[scale] controller: the bare client's writes again");
-    let (bare_again, _, conflicts_again) = bare::bare_client(client, n, "bare2", shape).await?;
+    let (bare_again, _, conflicts_again) =
+        bare::bare_client(client, n, "bare2", shape, &bare::Copies::Plain).await?;
     eprintln!(
         "[scale]   bare client again: {bare_again:.1?} ({conflicts_again} patches made again)"
     );
     let bare_mean = (bare + bare_again) / 2;
     let ratio = took.as_secs_f64() / bare_mean.as_secs_f64();
+    if let (Some(copies), Some(before)) = (&shaped, shaped_before) {
+        let after = shaped_round(client, n, shape, "bare4", copies).await?;
+        let mean = (before + after) / 2;
+        rows.push(Row::info(
+            "bare_shaped_seconds",
+            format!(
+                "bare client: the same writes with Secrets shaped like cheiron's copies (labels, annotation, ownerReference) under {SHAPED_WATCHES} metadata watches; before cheiron, after it"
+            ),
+            format!(
+                "{:.1} s = {:.2} × the plain bare client (runs {:.1} s, {:.1} s)",
+                mean.as_secs_f64(),
+                mean.as_secs_f64() / bare_mean.as_secs_f64(),
+                before.as_secs_f64(),
+                after.as_secs_f64()
+            ),
+            mean.as_secs_f64(),
+        ));
+        let ratio = took.as_secs_f64() / mean.as_secs_f64();
+        rows.push(Row::info(
+            "converge_ratio_shaped",
+            "converge time / the shaped and watched bare client's time (mean of the two)"
+                .to_owned(),
+            format!("{ratio:.2}"),
+            ratio,
+        ));
+    }
     rows.push(Row::info(
         "bare_client_seconds",
         format!(
@@ -291,6 +333,50 @@ async fn phase(client: &Client, cluster: &Cluster, n: usize, shape: Shape) -> Re
     }
     controller.stop();
     Ok(rows)
+}
+
+/// Metadata watches of the bare client's shaped Secrets: as many as watch cheiron's copies
+/// here (the controller's, the shared webhook's and the convergence observer's).
+const SHAPED_WATCHES: usize = 3;
+
+/// The owner of the bare client's shaped Secrets: cheiron's manager does not exist yet when
+/// the first shaped round runs, so a ClusterRole made for the purpose, referenced as cheiron
+/// references its manager (`controller: true`), stands in: an object that exists, so that the
+/// garbage collector finds its owner as it does cheiron's.
+async fn shape_owner(
+    client: &Client,
+) -> Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    let role = ClusterRole {
+        metadata: ObjectMeta {
+            name: Some("scale-shape-owner".to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..ClusterRole::default()
+    };
+    let role = roles.create(&Default::default(), &role).await?;
+    Ok(role
+        .controller_owner_ref(&())
+        .ok_or("the ClusterRole has no uid")?)
+}
+
+/// One round of the bare client writing shaped Secrets, logged.
+async fn shaped_round(
+    client: &Client,
+    n: usize,
+    shape: Shape,
+    tag: &str,
+    copies: &bare::Copies,
+) -> Result<Duration> {
+    eprintln!(
+        "[scale] controller: the bare client's writes, shaped like cheiron's copies under {SHAPED_WATCHES} metadata watches"
+    );
+    let (took, _, conflicts) = bare::bare_client(client, n, tag, shape, copies).await?;
+    eprintln!(
+        "[scale]   bare client, shaped and watched: {took:.1?} ({conflicts} patches made again)"
+    );
+    Ok(took)
 }
 
 /// The controller's RSS target, in MiB: 128 with 100 managers at N namespaces, 256 with one

@@ -169,36 +169,22 @@ async fn run() -> Result {
     for r in &rows {
         figures.insert(r.key.clone(), r.number.clone());
     }
-    let results = serde_json::json!({
-        "namespaces": namespaces,
-        "phases": phases.join(","),
+    let finished = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    let run = serde_json::json!({
         "load_average_at_start": load,
         "runtime_seconds": started.elapsed().as_secs(),
-        "figures": figures,
+        "finished_unix_seconds": finished,
     });
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/results");
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(format!("scale-{namespaces}.json"));
-    // A webhook-only run keeps the controller figures of an earlier run at the same size.
-    let mut merged: Value = std::fs::read(&path)
+    let earlier: Value = std::fs::read(&path)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or(Value::Null);
-    match (&mut merged, results) {
-        (Value::Object(old), Value::Object(new)) => {
-            let old_figures = old.remove("figures");
-            let mut all = new;
-            if let (Some(Value::Object(old_figures)), Some(Value::Object(new_figures))) =
-                (old_figures, all.get_mut("figures"))
-            {
-                for (k, v) in old_figures {
-                    new_figures.entry(k).or_insert(v);
-                }
-            }
-            merged = Value::Object(all);
-        }
-        (_, new) => merged = new,
-    }
+    let merged = merge_results(earlier, namespaces, &phases, run, figures);
     std::fs::write(&path, serde_json::to_vec_pretty(&merged)?)?;
     eprintln!(
         "[scale] figures written to {}; total runtime {:.1?}",
@@ -206,4 +192,52 @@ async fn run() -> Result {
         started.elapsed()
     );
     Ok(())
+}
+
+/// The results file after a run of `phases`: the figures of this run over those of earlier
+/// runs at the same size (a webhook-only run keeps the controller figures), and under `runs`
+/// the load and duration of the run that measured each phase, so that a figure is never shown
+/// with another run's load. A file from before `runs` had one run's load and duration at the
+/// top, for the phases it names; they move under `runs`.
+fn merge_results(
+    earlier: Value,
+    namespaces: usize,
+    phases: &[&str],
+    run: Value,
+    figures: BTreeMap<String, Value>,
+) -> Value {
+    let mut earlier = match earlier {
+        Value::Object(map) => map,
+        _ => serde_json::Map::new(),
+    };
+    let mut runs = match earlier.remove("runs") {
+        Some(Value::Object(runs)) => runs,
+        _ => serde_json::Map::new(),
+    };
+    if let Some(Value::String(old)) = earlier.get("phases")
+        && let Some(load) = earlier.get("load_average_at_start")
+    {
+        for phase in old.split(',') {
+            runs.entry(phase.to_owned()).or_insert_with(|| {
+                serde_json::json!({
+                    "load_average_at_start": load,
+                    "runtime_seconds": earlier.get("runtime_seconds").cloned().unwrap_or(Value::Null),
+                })
+            });
+        }
+    }
+    for phase in phases {
+        runs.insert((*phase).to_owned(), run.clone());
+    }
+    let mut all_figures = match earlier.remove("figures") {
+        Some(Value::Object(old)) => old,
+        _ => serde_json::Map::new(),
+    };
+    all_figures.extend(figures);
+    serde_json::json!({
+        "namespaces": namespaces,
+        "phases": runs.keys().cloned().collect::<Vec<_>>().join(","),
+        "runs": runs,
+        "figures": all_figures,
+    })
 }
