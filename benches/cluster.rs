@@ -48,6 +48,7 @@ use cheiron_harness::{
     controller::{CheironProcess, READY_WITHIN},
     free_ports,
     stats::{ms, percentile},
+    watches::MetadataWatches,
 };
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::{
@@ -732,45 +733,6 @@ async fn bare_replace_labelled(
     let observed = observer.done().await?.1.saturating_duration_since(started);
     let costs = meter.sample().await?.since(&before);
     Ok((written, observed, costs))
-}
-
-/// Metadata-only watches of the Secrets a label selector picks, open until dropped, as the
-/// controller and the webhook keep of cheiron's copies.
-struct MetadataWatches(Vec<tokio::task::JoinHandle<()>>);
-
-impl MetadataWatches {
-    /// Opens `count` watches and returns once each has its initial list.
-    async fn open(client: &Client, selector: &str, count: usize) -> Result<Self> {
-        let mut handles = Vec::new();
-        for _ in 0..count {
-            let (synced_tx, synced) = oneshot::channel::<()>();
-            let api: Api<PartialObjectMeta<Secret>> = Api::all(client.clone());
-            let config = kube::runtime::watcher::Config::default().labels(selector);
-            handles.push(tokio::spawn(async move {
-                let mut synced_tx = Some(synced_tx);
-                let mut events = kube::runtime::watcher(api, config).boxed();
-                while let Some(event) = events.next().await {
-                    if matches!(event, Ok(kube::runtime::watcher::Event::InitDone))
-                        && let Some(tx) = synced_tx.take()
-                    {
-                        let _ = tx.send(());
-                    }
-                }
-            }));
-            tokio::time::timeout(Duration::from_secs(60), synced)
-                .await
-                .map_err(|_| "a metadata watch did not list within 60 s")??;
-        }
-        Ok(Self(handles))
-    }
-}
-
-impl Drop for MetadataWatches {
-    fn drop(&mut self) {
-        for handle in &self.0 {
-            handle.abort();
-        }
-    }
 }
 
 /// What a round cost whom: the CPU seconds of the control plane's processes, cheiron's

@@ -10,6 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use cheiron_harness::watches::MetadataWatches;
 use futures::{StreamExt, TryStreamExt, future, stream};
 use k8s_openapi::{
     api::core::v1::{Secret, ServiceAccount},
@@ -18,7 +19,7 @@ use k8s_openapi::{
 use kube::{
     Api, Client, ResourceExt,
     api::{Patch, PatchParams, PostParams},
-    core::{ObjectMeta, PartialObjectMeta},
+    core::ObjectMeta,
     runtime::{
         WatchStreamExt,
         reflector::{self, ObjectRef},
@@ -95,32 +96,14 @@ impl Copies {
     }
 
     /// Opens the metadata watches of the shaped Secrets, each past its initial list.
-    async fn watch(&self, client: &Client) -> Result<Vec<tokio::task::JoinHandle<()>>> {
+    async fn watch(&self, client: &Client) -> Result<Option<MetadataWatches>> {
         let Self::Shaped { watches, .. } = self else {
-            return Ok(Vec::new());
+            return Ok(None);
         };
-        let mut handles = Vec::new();
-        for _ in 0..*watches {
-            let (synced_tx, synced) = tokio::sync::oneshot::channel::<()>();
-            let api: Api<PartialObjectMeta<Secret>> = Api::all(client.clone());
-            let config = watcher::Config::default()
-                .labels(&format!("app.kubernetes.io/managed-by={SHAPED_BY}"));
-            handles.push(tokio::spawn(async move {
-                let mut synced_tx = Some(synced_tx);
-                let mut events = watcher(api, config).default_backoff().boxed();
-                while let Some(event) = events.next().await {
-                    if matches!(event, Ok(watcher::Event::InitDone))
-                        && let Some(tx) = synced_tx.take()
-                    {
-                        let _ = tx.send(());
-                    }
-                }
-            }));
-            synced
-                .await
-                .map_err(|_| "a metadata watch of the shaped Secrets ended before its list")?;
-        }
-        Ok(handles)
+        let selector = format!("app.kubernetes.io/managed-by={SHAPED_BY}");
+        Ok(Some(
+            MetadataWatches::open(client, &selector, *watches).await?,
+        ))
     }
 }
 
@@ -293,9 +276,7 @@ pub async fn bare_client(
         .await?;
     let took = started.elapsed();
     watch.abort();
-    for w in watches {
-        w.abort();
-    }
+    drop(watches);
     Ok((
         took,
         writes.load(Ordering::Relaxed),

@@ -96,11 +96,7 @@ async fn with_finalizer<K, F, Fut>(
     body: F,
 ) -> Result<Action, ControllerError>
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::Serialize
-        + serde::de::DeserializeOwned,
+    K: ManagerObject,
     F: FnOnce(finalizer::Event<K>) -> Fut,
     Fut: std::future::Future<Output = Result<Action, ControllerError>>,
 {
@@ -124,10 +120,7 @@ where
 
 /// True when the manager `name` is no longer at resourceVersion `seen`, or is gone. A failed
 /// read says nothing, and is false.
-async fn moved_on<K>(api: &kube::Api<K>, name: &str, seen: Option<&str>) -> bool
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
-{
+async fn moved_on<K: ManagerObject>(api: &kube::Api<K>, name: &str, seen: Option<&str>) -> bool {
     match api.get_metadata_opt(name).await {
         Ok(Some(current)) => current.metadata.resource_version.as_deref() != seen,
         Ok(None) => true,

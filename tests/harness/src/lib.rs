@@ -37,6 +37,7 @@ pub mod stats;
 mod tokens;
 pub mod tools;
 mod wait;
+pub mod watches;
 mod webhook;
 pub mod workload;
 

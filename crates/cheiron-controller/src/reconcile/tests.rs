@@ -35,9 +35,12 @@ fn current(resource_version: &str) -> Value {
 
 /// Runs [`with_finalizer`] on the stale view against `fake`; the body must not run, since the
 /// view has no finalizer yet.
-async fn run(fake: &FakeApi) -> Result<Action, ControllerError> {
+async fn run(
+    fake: &FakeApi,
+    seen: Arc<ClusterImagePullSecretManager>,
+) -> Result<Action, ControllerError> {
     let api: kube::Api<ClusterImagePullSecretManager> = kube::Api::all(fake.client());
-    with_finalizer(&api, seen().expect("the manager parses"), |_| async {
+    with_finalizer(&api, seen, |_| async {
         panic!("the body ran without the finalizer in place")
     })
     .await
@@ -55,7 +58,7 @@ async fn a_finalizer_add_refused_because_the_manager_moved_on_is_not_a_failure()
         reply("PATCH", PATH, 422, refused()),
         reply("GET", PATH, 200, current("2")),
     ]);
-    let action = run(&fake).await?;
+    let action = run(&fake, seen()?).await?;
     assert_eq!(action, Action::await_change());
     assert_eq!(fake.left(), 0, "asked: {:?}", fake.seen());
     Ok(())
@@ -67,20 +70,22 @@ async fn a_finalizer_add_refused_for_a_manager_deleted_meanwhile_is_not_a_failur
         reply("PATCH", PATH, 422, refused()),
         reply("GET", PATH, 404, status(404, "NotFound")),
     ]);
-    assert_eq!(run(&fake).await?, Action::await_change());
+    assert_eq!(run(&fake, seen()?).await?, Action::await_change());
     assert_eq!(fake.left(), 0, "asked: {:?}", fake.seen());
     Ok(())
 }
 
 #[tokio::test]
-async fn a_finalizer_add_refused_for_the_manager_as_seen_stays_a_failure() {
+async fn a_finalizer_add_refused_for_the_manager_as_seen_stays_a_failure() -> TestResult {
     // Same resourceVersion: the view was current, so the refusal is the patch's own (an
     // admission policy), and must be retried with backoff and reported.
     let fake = FakeApi::new(vec![
         reply("PATCH", PATH, 422, refused()),
         reply("GET", PATH, 200, current("1")),
     ]);
-    let error = run(&fake).await.expect_err("a refusal of the patch itself");
+    let Err(error) = run(&fake, seen()?).await else {
+        return Err("a refusal of the patch itself must stay an error".into());
+    };
     assert_eq!(error.kind(), "finalizer");
     assert!(
         matches!(
@@ -90,16 +95,18 @@ async fn a_finalizer_add_refused_for_the_manager_as_seen_stays_a_failure() {
         ),
         "{error:?}"
     );
+    Ok(())
 }
 
 #[tokio::test]
-async fn a_finalizer_add_refused_when_the_manager_cannot_be_read_stays_a_failure() {
+async fn a_finalizer_add_refused_when_the_manager_cannot_be_read_stays_a_failure() -> TestResult {
     let fake = FakeApi::new(vec![
         reply("PATCH", PATH, 422, refused()),
         reply("GET", PATH, 500, status(500, "InternalError")),
     ]);
-    let error = run(&fake)
-        .await
-        .expect_err("nothing says the view was stale");
+    let Err(error) = run(&fake, seen()?).await else {
+        return Err("nothing says the view was stale: the refusal must stay an error".into());
+    };
     assert_eq!(error.kind(), "finalizer");
+    Ok(())
 }
