@@ -29,6 +29,7 @@
 //! baseline are built by `benches/peers/build` on first use; `h2load` comes from Debian's
 //! `nghttp2-client`. Never part of `cargo test`.
 
+mod fixture;
 mod floor;
 mod generate;
 mod latency;

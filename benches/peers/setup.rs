@@ -589,11 +589,11 @@ subjects: [{{kind: ServiceAccount, name: {name}, namespace: {KYVERNO_NAMESPACE}}
     /// Creates Pods in the configuration's namespace until admission does what it should.
     async fn canary(&self, config: &Config) -> Result {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &config.namespace);
-        let pod = crate::latency::pod()?;
+        let pod = crate::fixture::pod()?;
         for _ in 0..600 {
             match pods.create(&PostParams::default(), &pod).await {
                 Ok(created) => {
-                    let got = crate::latency::mutated(&created);
+                    let got = crate::fixture::mutated(&created);
                     let _ = pods
                         .delete(&created.name_any(), &DeleteParams::default())
                         .await;

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::{Args, Result, latency::review_json, setup::Bench};
+use crate::{Args, Result, fixture::review_json, setup::Bench};
 
 /// Connections (h2load clients).
 const CLIENTS: usize = 8;

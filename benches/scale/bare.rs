@@ -30,12 +30,19 @@ use serde_json::{Value, json};
 
 use crate::{
     Result,
-    controller::{
-        BARE_ANNOTATION, BARE_WITH_ANNOTATION, MANAGERS_AT_ONCE, PATCH_ATTEMPTS, WRITES_IN_FLIGHT,
-        index_of,
-    },
-    objects::{self, Shape, namespace},
+    objects::{self, Shape, index_of, namespace},
 };
+
+/// Managers reconciled at once by the controller (its `--concurrency`-like default for one
+/// kind), and by the bare client.
+pub const MANAGERS_AT_ONCE: usize = 4;
+/// Writes in flight within one manager's reconcile, and within one of the bare client's jobs.
+pub const WRITES_IN_FLIGHT: usize = 16;
+/// ServiceAccount patch attempts (the controller's `PATCH_ATTEMPTS`).
+pub const PATCH_ATTEMPTS: usize = 5;
+/// Marks the ServiceAccounts the bare client patched, and what it gave them.
+const BARE_ANNOTATION: &str = "bench.cheiron.anny.co/bare";
+const BARE_WITH_ANNOTATION: &str = "bench.cheiron.anny.co/bare-with";
 
 /// The `app.kubernetes.io/managed-by` value of the bare client's Secrets shaped like cheiron's:
 /// not cheiron's, so that neither cheiron's controller nor its webhook watches them.

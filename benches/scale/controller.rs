@@ -21,32 +21,18 @@ use kube::{
 use serde_json::json;
 
 use crate::{
-    Result, Row, bare,
+    Result, Row,
+    bare::{self, MANAGERS_AT_ONCE, WRITES_IN_FLIGHT},
     convergence::Convergence,
-    objects::{self, SOURCES, Shape, cluster_manager_name, many, namespace},
+    objects::{self, SOURCES, Shape, cluster_manager_name, index_of, many, namespace},
     process::{self, Cheiron, CpuMeter, mib},
 };
 
-/// Managers reconciled at once by the controller (its `--concurrency`-like default for one
-/// kind), and by the bare client.
-pub const MANAGERS_AT_ONCE: usize = 4;
-/// Writes in flight within one manager's reconcile, and within one of the bare client's jobs.
-pub const WRITES_IN_FLIGHT: usize = 16;
-/// ServiceAccount patch attempts (the controller's `PATCH_ATTEMPTS`).
-pub const PATCH_ATTEMPTS: usize = 5;
 /// The controller's `--resync`, in seconds.
 const RESYNC: u64 = 60;
 /// No-op reconciles of the manager over every namespace that are timed (100 in the wide
 /// phase, where each takes longer).
 const NOOP_SAMPLES: usize = 300;
-pub const BARE_ANNOTATION: &str = "bench.cheiron.anny.co/bare";
-pub const BARE_WITH_ANNOTATION: &str = "bench.cheiron.anny.co/bare-with";
-
-/// The index of a measured namespace, from its name.
-pub fn index_of(ns: &str) -> Option<usize> {
-    ns.strip_prefix("scale-")?.parse().ok()
-}
-
 /// The controller phase at `n` namespaces set up as `shape` says ([`Shape::MANY`] for the
 /// `controller` phase, [`Shape::WIDE`] for `wide`).
 pub async fn run(client: &Client, cluster: &Cluster, n: usize, shape: Shape) -> Result<Vec<Row>> {

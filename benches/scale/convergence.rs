@@ -17,8 +17,7 @@ use tokio::sync::oneshot;
 
 use crate::{
     Result,
-    controller::index_of,
-    objects::{Shape, cluster_secret},
+    objects::{Shape, cluster_secret, index_of},
 };
 
 /// Watches of cheiron's Secrets and of the ServiceAccounts that note when every expected

@@ -37,6 +37,11 @@ pub fn namespace(i: usize) -> String {
     format!("scale-{i}")
 }
 
+/// The index of a measured namespace, from its name.
+pub fn index_of(ns: &str) -> Option<usize> {
+    ns.strip_prefix("scale-")?.parse().ok()
+}
+
 /// The cluster manager `j` (0 covers every namespace; `j` ≥ 1 covers slice `j - 1`).
 pub fn cluster_manager_name(j: usize) -> String {
     format!("ctl-{j}")

@@ -19,8 +19,6 @@ pub const MAX_FAILURES: usize = 20;
 pub const MAX_CLUSTERS: usize = 1000;
 /// Most entries in `status.credentials` (its schema's bound).
 pub const MAX_CREDENTIALS: usize = 64;
-/// Longest condition message.
-pub(crate) const MAX_MESSAGE: usize = 1024;
 
 /// What kind of thing kept a namespace from being in step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -134,7 +132,7 @@ impl Findings {
 }
 
 fn truncate(mut message: String) -> String {
-    crate::message::truncate(&mut message, MAX_MESSAGE);
+    crate::message::truncate(&mut message, crate::message::MAX_CONDITION_MESSAGE);
     message
 }
 

@@ -160,7 +160,7 @@ pub fn condition(
         )
     };
     let mut message = message;
-    crate::message::truncate(&mut message, crate::findings::MAX_MESSAGE);
+    crate::message::truncate(&mut message, crate::message::MAX_CONDITION_MESSAGE);
     let last_transition_time = match previous {
         Some(c) if c.status == status && c.reason == why => c.last_transition_time.clone(),
         _ => now,

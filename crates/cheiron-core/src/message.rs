@@ -3,6 +3,9 @@
 //! at length. The rule for their length is plain text, so it is here, below the status the
 //! core computes; the rules that read a client's errors are in the runtime's `message`.
 
+/// Longest message of a status condition.
+pub(crate) const MAX_CONDITION_MESSAGE: usize = 1024;
+
 /// Cuts `message` to at most `max` bytes on a character boundary, marking the cut with `…`.
 pub fn truncate(message: &mut String, max: usize) {
     if message.len() <= max {
