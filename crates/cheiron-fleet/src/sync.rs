@@ -12,16 +12,18 @@ use kube::{
     runtime::events::{Event, EventType},
 };
 
-use super::{Fleet, Health, Role, Workload};
 use crate::{
+    Fleet, Role,
     api::{ClusterImagePullSecretManager, ClusterStatus},
     content::desired::DesiredSecret,
     controller::{
         CleanedUp, Issue, IssueKind, ManagerObject, OtherClusters, ServiceAccountReport, Synced,
         sync_in,
     },
+    members::Health,
     policy::Manager,
     runtime::retry_delay,
+    workload::Workload,
 };
 
 /// Why a workload cluster is not in step: its kind decides the cluster's health (and so the
