@@ -3,7 +3,10 @@
 
 use std::{collections::HashMap, sync::Mutex};
 
-use prometheus_client::metrics::{family::Family, gauge::Gauge};
+use prometheus_client::{
+    metrics::{family::Family, gauge::Gauge},
+    registry::Registry,
+};
 
 use super::ReconcileLabels;
 use crate::policy::ManagerKind;
@@ -83,6 +86,30 @@ pub struct Operations {
     pub leader: Gauge,
     /// `cheiron_managers_not_ready{kind}`.
     pub managers: ManagerReadiness,
+}
+
+impl Operations {
+    /// The gauges, registered in `registry`; the managers' counts start at 0.
+    pub(super) fn registered(registry: &mut Registry) -> Self {
+        let operations = Self::default();
+        operations.managers.start();
+        registry.register(
+            "ready",
+            "1 while /readyz answers 200, 0 while it answers 503",
+            operations.ready.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this controller replica runs the reconcilers, 0 while it stands by",
+            operations.leader.clone(),
+        );
+        registry.register(
+            "managers_not_ready",
+            "Managers whose last written status is not Ready, by kind",
+            operations.managers.family(),
+        );
+        operations
+    }
 }
 
 #[cfg(test)]
