@@ -3,7 +3,6 @@
 //! are made by the pure modules; this file only reads and writes.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -24,22 +23,20 @@ use super::{
     context::Context,
     error::ControllerError,
     kinds::ManagerObject,
+    plan,
     plan::FIELD_MANAGER,
-    plan::{self, SecretMetadata, Stale, belongs_to},
     pull_entries::ServiceAccountReport,
-    secrets::SecretRecord,
     sync::{sync_in, synced_namespaces},
-    write::{delete_secret, fetch_sources, remove},
+    write::fetch_sources,
 };
 use crate::{
-    api::{FINALIZER, annotation, reason},
+    api::{FINALIZER, reason},
     content::{
         desired::{self, SourceKey, source_key},
         registries::pull_secret_registries,
     },
     core_health, credential,
     findings::{self as status, Findings},
-    policy::{Manager, ManagerId},
     runtime::retry_delay,
 };
 
@@ -58,7 +55,7 @@ pub async fn reconcile<K: ManagerObject>(
     let result = with_finalizer(&api, manager, |event| async {
         match event {
             finalizer::Event::Apply(m) => apply(&*m, &ctx).await,
-            finalizer::Event::Cleanup(m) => cleanup(&*m, &ctx).await,
+            finalizer::Event::Cleanup(m) => cleanup::cleanup(&*m, &ctx).await,
         }
     })
     .await;
@@ -153,13 +150,7 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
     let id = compiled.id.clone();
     let own_namespace = manager.namespace();
 
-    let mut keys: Vec<SourceKey> = manager
-        .entries()
-        .iter()
-        .filter_map(|e| source_key(e, own_namespace.as_deref()))
-        .collect();
-    keys.sort();
-    keys.dedup();
+    let keys = source_keys(manager, own_namespace.as_deref());
     ctx.sources.set(&id, keys.iter().cloned());
     let fetched = fetch_sources(&ctx.home, &keys).await?;
     let (provided, credentials) =
@@ -236,6 +227,43 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         clusters,
     };
     let mut findings = findings;
+    let requeue = next_reconcile(manager, ctx, &mut findings, cluster_retry);
+    write_status(manager, ctx, &findings).await?;
+    if manager.current_status().and_then(|s| s.observed_generation) != manager.meta().generation {
+        // A new or changed spec may change who wins contested names: let the managers that
+        // name one of them look (its names now, and those of the Secrets it lets go).
+        let names = compiled
+            .secret_names()
+            .iter()
+            .chain(plan.deletes.iter().map(|s| &s.name))
+            .map(String::as_str);
+        ctx.trigger(&plan::rivals(&id, names, &claimants));
+    }
+    Ok(Action::requeue(requeue))
+}
+
+/// The sources `manager` reads (its namespace is `own_namespace`), each once, in order.
+fn source_keys<K: ManagerObject>(manager: &K, own_namespace: Option<&str>) -> Vec<SourceKey> {
+    let mut keys: Vec<SourceKey> = manager
+        .entries()
+        .iter()
+        .filter_map(|e| source_key(e, own_namespace))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// When to reconcile `manager` again after a pass that found `findings`: on the backoff of
+/// its failures in a row (recorded in `findings.retry_in`) when something was refused or failed,
+/// soon while a name is held by a Secret cheiron does not manage, else at the resync; sooner
+/// when a workload cluster (`cluster_retry`) or a credential provider's answer is due.
+fn next_reconcile<K: ManagerObject>(
+    manager: &K,
+    ctx: &Context,
+    findings: &mut Findings,
+    cluster_retry: Option<Duration>,
+) -> Duration {
     let reference = manager.object_ref(&());
     let requeue = if findings.issues.iter().any(|i| !i.kind.is_conflict()) {
         // Something was refused or failed (429, 5xx, a webhook of someone else's): back off,
@@ -254,23 +282,11 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
     // A workload cluster out of step is retried on its own backoff.
     let requeue = cluster_retry.map_or(requeue, |retry| requeue.min(retry));
     // The plugin's answer triggers a reconcile; this is the fallback.
-    let requeue = if credential::entries::pending(&findings.problems) {
+    if credential::entries::pending(&findings.problems) {
         requeue.min(credential::entries::PENDING_RECHECK)
     } else {
         requeue
-    };
-    write_status(manager, ctx, &findings).await?;
-    if manager.current_status().and_then(|s| s.observed_generation) != manager.meta().generation {
-        // A new or changed spec may change who wins contested names: let the managers that
-        // name one of them look (its names now, and those of the Secrets it lets go).
-        let names = compiled
-            .secret_names()
-            .iter()
-            .chain(plan.deletes.iter().map(|s| &s.name))
-            .map(String::as_str);
-        ctx.trigger(&plan::rivals(&id, names, &claimants));
     }
-    Ok(Action::requeue(requeue))
 }
 
 async fn write_status<K: ManagerObject>(
@@ -392,132 +408,6 @@ fn manager_key<K: ManagerObject>(manager: &K) -> String {
     }
 }
 
-async fn cleanup<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, ControllerError> {
-    ctx.metrics()
-        .operations
-        .managers
-        .forget(K::KIND, &manager_key(manager));
-    let id = ManagerId {
-        kind: K::KIND,
-        namespace: manager.namespace(),
-        name: manager.name_any(),
-    };
-    let others: Vec<Manager> = ctx
-        .live_managers()
-        .into_iter()
-        .filter(|m| m.id != id)
-        .collect();
-    let uid = manager.uid().unwrap_or_default();
-    let mine: Vec<Arc<SecretRecord>> = ctx
-        .home
-        .secrets
-        .all()
-        .into_iter()
-        .filter(|s| belongs_to(&**s, &id, &uid))
-        .collect();
-    let name_of = |s: &SecretRecord| s.object_name().unwrap_or_default().to_owned();
-    let names: Vec<String> = match manager.compile() {
-        Ok(m) => m.secret_names().to_vec(),
-        Err(_) => mine.iter().map(|s| name_of(s)).collect(),
-    };
-    let mut namespaces: BTreeSet<String> = mine
-        .iter()
-        .filter_map(|s| s.object_namespace().map(str::to_owned))
-        .collect();
-    if let Ok(m) = manager.compile() {
-        let live = ctx.home.live_namespaces();
-        namespaces.extend(plan::targets(&m, live.iter().map(|n| &**n)));
-    }
-    let names: BTreeMap<String, Vec<String>> = namespaces
-        .into_iter()
-        .map(|ns| (ns, names.clone()))
-        .collect();
-    let stale: Vec<Stale> = mine
-        .iter()
-        .map(|s| Stale {
-            namespace: s.object_namespace().unwrap_or_default().to_owned(),
-            name: name_of(s),
-            uid: s.object_uid().map(str::to_owned),
-            resource_version: s.object_resource_version().map(str::to_owned),
-            namespace_left: true,
-        })
-        .collect();
-    let report = ServiceAccountReport::default();
-    let mut failures = remove(&ctx.home, &id, &names, &stale, &others, &report).await;
-    if let (Some(nodes), Some(_)) = (ctx.nodes.as_ref(), manager.as_cluster()) {
-        failures.extend(nodes.remove(&id.name, &uid).await);
-    }
-    if let Some(health) = ctx.health.as_ref() {
-        health.forget(&id);
-    }
-    if let (Some(others), Some(cluster_manager)) = (ctx.others.as_ref(), manager.as_cluster()) {
-        let left = others.cleanup(cluster_manager, &report).await;
-        for event in &left.events {
-            ctx.publish(event, &manager.object_ref(&())).await;
-        }
-        failures.extend(left.issues);
-    }
-    for event in report.events() {
-        ctx.publish(&event, &manager.object_ref(&())).await;
-    }
-    if let Some(issue) = failures.first().cloned() {
-        let abandon = manager
-            .annotations()
-            .get(annotation::ABANDON_CLEANUP)
-            .is_some_and(|v| v == "true");
-        if !abandon {
-            // Retried with backoff; the Event tells whoever waits on the deletion how to stop.
-            let event = Event {
-                type_: EventType::Warning,
-                reason: "CleanupFailed".to_owned(),
-                note: Some(format!(
-                    "{issue}; retrying. To delete the manager anyway, leaving the entries cheiron \
-                     could not remove, annotate it {}=true",
-                    annotation::ABANDON_CLEANUP
-                )),
-                action: "Cleanup".to_owned(),
-                secondary: None,
-            };
-            ctx.publish(&event, &manager.object_ref(&())).await;
-            return Err(ControllerError::Cleanup(issue));
-        }
-        let event = Event {
-            type_: EventType::Warning,
-            reason: "CleanupAbandoned".to_owned(),
-            note: Some(format!(
-                "{} annotated: the finalizer is removed although {} cleanup step(s) failed, \
-                 first {issue}; the entries cheiron added there stay, its Secrets are deleted",
-                annotation::ABANDON_CLEANUP,
-                failures.len()
-            )),
-            action: "Cleanup".to_owned(),
-            secondary: None,
-        };
-        ctx.publish(&event, &manager.object_ref(&())).await;
-        tracing::warn!(manager = %id, failed = failures.len(), "cleanup abandoned on request");
-        // The Secrets kept while their namespace's ServiceAccounts could not be cleaned go
-        // now (a reference to a missing Secret is harmless); garbage collection is the backstop.
-        for s in stale
-            .iter()
-            .filter(|s| failures.iter().any(|f| f.namespace == s.namespace))
-        {
-            if let Err(issue) = delete_secret(&ctx.home, s).await {
-                tracing::warn!(manager = %id, %issue, "could not delete a Secret of an abandoned cleanup");
-            }
-        }
-    }
-    ctx.sources.set(&id, []);
-    ctx.credentials.retain(&id, Vec::new());
-    ctx.home.scopes.forget(&id);
-    tracing::info!(manager = %id, secrets = stale.len(), "cleaned up after a deleted manager");
-    // Younger managers may now win the names this one held.
-    let held = names
-        .values()
-        .flatten()
-        .chain(stale.iter().map(|s| &s.name));
-    ctx.trigger(&plan::rivals(&id, held.map(String::as_str), &others));
-    Ok(Action::await_change())
-}
-
+mod cleanup;
 #[cfg(test)]
 mod tests;
