@@ -86,60 +86,13 @@ pub async fn audit(
             .cloned()
             .unwrap_or_else(|| NamespaceMeta::named(ns))
     };
-    let registered = match Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-    {
-        Ok(list) => {
-            let mut since: Vec<Option<Time>> = list
-                .items
-                .iter()
-                .filter(|c| c.webhooks.iter().flatten().any(|w| w.name == WEBHOOK_NAME))
-                .map(|c| c.metadata.creation_timestamp.clone())
-                .collect();
-            since.sort_by_key(|t| t.as_ref().map(|t| t.0));
-            match since.into_iter().next() {
-                Some(oldest) => Registration::Since(oldest),
-                None => Registration::Absent,
-            }
-        }
-        // Not allowed to look: do not blame the webhook.
-        Err(_) => Registration::Unknown,
-    };
+    let registered = registration(client).await;
     let mut findings = Vec::new();
     let mut owners = Owners::default();
     for p in all(api::<Pod>(client, namespace), "Pods", page_size).await? {
         let ns = p.namespace().unwrap_or_default();
         for found in pulls::refused_pulls(&p, &meta(&ns), &serving) {
-            let (why, missing, fix) = match found.why {
-                pulls::PullWhy::Rejected => (
-                    Why::PullRejected,
-                    Vec::new(),
-                    format!(
-                        "rotate the credential {} writes to Secret {} (its source Secret or password), then kubectl delete pod {} -n {ns} so it pulls again",
-                        found.manager,
-                        found.pull.secret,
-                        p.name_any()
-                    ),
-                ),
-                pulls::PullWhy::NoCredential if found.in_scope => (
-                    Why::NoCredential,
-                    vec![found.pull.secret.clone()],
-                    format!(
-                        "lift the Pod's or its ServiceAccount's opt-out from {}, or the selector that leaves it out (cheiron explain pod {} -n {ns} says which), then recreate the Pod",
-                        found.manager,
-                        p.name_any()
-                    ),
-                ),
-                pulls::PullWhy::NoCredential => (
-                    Why::NoCredential,
-                    vec![found.pull.secret.clone()],
-                    format!(
-                        "bring namespace {ns} into {}'s scope, then recreate the Pod",
-                        found.manager,
-                    ),
-                ),
-            };
+            let (why, missing, fix) = refused_pull(&found, &ns, &p.name_any());
             findings.push(Finding {
                 kind: "Pod",
                 namespace: ns.clone(),
@@ -211,6 +164,58 @@ pub async fn audit(
         findings,
         docker_hub: pulls::docker_hub_allowances(&namespaced_managers, &cluster_managers),
     })
+}
+
+/// Since when cheiron's webhook is registered: the oldest MutatingWebhookConfiguration holding
+/// it; unknown when the client may not list them (the webhook is then not blamed).
+async fn registration(client: &Client) -> Registration {
+    let Ok(list) = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+    else {
+        return Registration::Unknown;
+    };
+    let mut since: Vec<Option<Time>> = list
+        .items
+        .iter()
+        .filter(|c| c.webhooks.iter().flatten().any(|w| w.name == WEBHOOK_NAME))
+        .map(|c| c.metadata.creation_timestamp.clone())
+        .collect();
+    since.sort_by_key(|t| t.as_ref().map(|t| t.0));
+    match since.into_iter().next() {
+        Some(oldest) => Registration::Since(oldest),
+        None => Registration::Absent,
+    }
+}
+
+/// Why the Pod `pod` in `ns` could not pull as `found` says, the Secrets it lacks, and the fix.
+fn refused_pull(found: &pulls::PullFinding, ns: &str, pod: &str) -> (Why, Vec<String>, String) {
+    match found.why {
+        pulls::PullWhy::Rejected => (
+            Why::PullRejected,
+            Vec::new(),
+            format!(
+                "rotate the credential {} writes to Secret {} (its source Secret or password), then kubectl delete pod {pod} -n {ns} so it pulls again",
+                found.manager, found.pull.secret,
+            ),
+        ),
+        pulls::PullWhy::NoCredential if found.in_scope => (
+            Why::NoCredential,
+            vec![found.pull.secret.clone()],
+            format!(
+                "lift the Pod's or its ServiceAccount's opt-out from {}, or the selector that leaves it out (cheiron explain pod {pod} -n {ns} says which), then recreate the Pod",
+                found.manager,
+            ),
+        ),
+        pulls::PullWhy::NoCredential => (
+            Why::NoCredential,
+            vec![found.pull.secret.clone()],
+            format!(
+                "bring namespace {ns} into {}'s scope, then recreate the Pod",
+                found.manager,
+            ),
+        ),
+    }
 }
 
 /// What `cheiron audit` found.
