@@ -139,6 +139,19 @@ fn truncate(mut message: String) -> String {
 /// The `Ready` status, reason and message.
 fn ready(f: &Findings) -> (&'static str, &'static str, String) {
     let counts = format!("{}/{} namespaces synced", f.synced, f.targets);
+    match not_ready(f, &counts) {
+        Some((why, message)) => ("False", why, message),
+        None => {
+            let (why, message) = in_step(f, counts);
+            ("True", why, message)
+        }
+    }
+}
+
+/// Why the manager is not `Ready`, if it is not, and the message, ending in `counts`: the
+/// first of a credential provider's trouble, an invalid or missing source, an unusable
+/// registry key, a conflict, a failed write, a workload cluster out of step.
+fn not_ready(f: &Findings, counts: &str) -> Option<(&'static str, String)> {
     let (conflicts, failures) = f.split_issues();
     let invalid: Vec<String> = f
         .problems
@@ -164,30 +177,27 @@ fn ready(f: &Findings) -> (&'static str, &'static str, String) {
             .map(Problem::message)
             .collect();
         if !provider.is_empty() {
-            return ("False", why, format!("{}; {counts}", provider.join("; ")));
+            return Some((why, format!("{}; {counts}", provider.join("; "))));
         }
     }
     if !invalid.is_empty() {
-        return (
-            "False",
+        return Some((
             reason::INVALID_SOURCE,
             format!("{}; {counts}", invalid.join("; ")),
-        );
+        ));
     }
     if !missing.is_empty() {
-        return (
-            "False",
+        return Some((
             reason::SOURCE_MISSING,
             format!("{}; {counts}", missing.join("; ")),
-        );
+        ));
     }
     if !f.unusable_keys.is_empty() {
         let keys: Vec<String> = f.unusable_keys.iter().map(UnusableKey::message).collect();
-        return (
-            "False",
+        return Some((
             reason::UNUSABLE_REGISTRY_KEY,
             format!("{}; {counts}", keys.join("; ")),
-        );
+        ));
     }
     for (list, why) in [
         (&conflicts, reason::CONFLICT),
@@ -206,7 +216,7 @@ fn ready(f: &Findings) -> (&'static str, &'static str, String) {
             {
                 message.push_str(&format!("; retrying in {}s", delay.as_secs()));
             }
-            return ("False", why, message);
+            return Some((why, message));
         }
     }
     let unsynced: Vec<String> = f
@@ -219,12 +229,17 @@ fn ready(f: &Findings) -> (&'static str, &'static str, String) {
         })
         .collect();
     if !unsynced.is_empty() {
-        return (
-            "False",
+        return Some((
             reason::WORKLOAD_CLUSTER_NOT_SYNCED,
             format!("{}; {counts} here", unsynced.join("; ")),
-        );
+        ));
     }
+    None
+}
+
+/// The reason and message of a manager in step, starting with `counts`: what else it should
+/// know (workload clusters, a failing refresh, shadowed registries, inline passwords).
+fn in_step(f: &Findings, counts: String) -> (&'static str, String) {
     let mut message = counts;
     if !f.clusters.is_empty() {
         message.push_str(&format!(
@@ -266,9 +281,9 @@ fn ready(f: &Findings) -> (&'static str, &'static str, String) {
             "; {} keep the password inline in the manager: prefer passwordSecretRef",
             entries.join(", ")
         ));
-        return ("True", reason::INLINE_CREDENTIALS, message);
+        return (reason::INLINE_CREDENTIALS, message);
     }
-    ("True", reason::SYNCED, message)
+    (reason::SYNCED, message)
 }
 
 /// The status for `findings`, keeping `previous`'s transition time when the condition did
