@@ -26,7 +26,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::StreamExt;
+use futures::{StreamExt, stream::BoxStream};
 use k8s_openapi::api::{
     coordination::v1::Lease,
     core::v1::{Node, ObjectReference, Secret},
@@ -43,6 +43,7 @@ use kube::{
         watcher,
     },
 };
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::{
@@ -63,6 +64,24 @@ pub const PERIOD: Duration = Duration::from_secs(30);
 /// How often, while no mode Node manager exists, the managers are looked at again.
 const IDLE: Duration = Duration::from_secs(2);
 
+/// A reflector of `api` under `config`: its store, and a stream that yields once per change
+/// (or watch error) and must be polled for the store to fill.
+fn reflected<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> (Store<K>, BoxStream<'static, Result<(), watcher::Error>>)
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (store, writer) = reflector::store::<K>();
+    let stream = reflector(writer, watcher(api, config).default_backoff())
+        .touched_objects()
+        .map(|r| r.map(|_| ()))
+        .boxed();
+    (store, stream)
+}
+
 /// Keeps the node status of every mode Node manager in `managers`, reading report Leases in
 /// `namespace`. Runs until aborted.
 pub async fn keep(
@@ -80,42 +99,18 @@ pub async fn keep(
         tokio::time::sleep(IDLE).await;
     }
     let changed = Arc::new(AtomicBool::new(true));
-    let (nodes, node_writer) = reflector::store::<PartialObjectMeta<Node>>();
-    let (leases, lease_writer) = reflector::store::<Lease>();
-    let watch_nodes = reflector(
-        node_writer,
-        watcher(
-            Api::<PartialObjectMeta<Node>>::all(client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff(),
-    )
-    .touched_objects()
-    .map(|r| r.map(|_| ()))
-    .boxed();
-    let (bundles, bundle_writer) = reflector::store::<PartialObjectMeta<Secret>>();
-    let watch_bundles = reflector(
-        bundle_writer,
-        watcher(
-            Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), &namespace),
-            watcher::Config::default().labels(&format!("{BUNDLE_LABEL}={BUNDLE_LABEL_VALUE}")),
-        )
-        .default_backoff(),
-    )
-    .touched_objects()
-    .map(|r| r.map(|_| ()))
-    .boxed();
-    let watch_leases = reflector(
-        lease_writer,
-        watcher(
-            Api::<Lease>::namespaced(client.clone(), &namespace),
-            watcher::Config::default().labels(&format!("{REPORT_LABEL}={REPORT_LABEL_VALUE}")),
-        )
-        .default_backoff(),
-    )
-    .touched_objects()
-    .map(|r| r.map(|_| ()))
-    .boxed();
+    let (nodes, watch_nodes) = reflected(
+        Api::<PartialObjectMeta<Node>>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let (bundles, watch_bundles) = reflected(
+        Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), &namespace),
+        watcher::Config::default().labels(&format!("{BUNDLE_LABEL}={BUNDLE_LABEL_VALUE}")),
+    );
+    let (leases, watch_leases) = reflected(
+        Api::<Lease>::namespaced(client.clone(), &namespace),
+        watcher::Config::default().labels(&format!("{REPORT_LABEL}={REPORT_LABEL_VALUE}")),
+    );
     let mut tasks = Vec::new();
     for (stream, what) in [
         (watch_nodes, "nodes"),
