@@ -301,6 +301,58 @@ fn is_qualified_name(key: &str) -> bool {
     name_ok && prefix_ok
 }
 
+/// A provider's `tokenAttributes` (its `apiVersion` is `api_version`), each fault told to `fail`.
+fn token_attributes(
+    t: RawTokenAttributes,
+    api_version: &str,
+    fail: &mut impl FnMut(String),
+) -> TokenAttributes {
+    if t.service_account_token_audience.is_empty() {
+        fail("tokenAttributes.serviceAccountTokenAudience is required".into());
+    }
+    if t.require_service_account.is_none() {
+        fail("tokenAttributes.requireServiceAccount is required".into());
+    }
+    if api_version != TOKEN_API_VERSION {
+        fail(format!(
+            "tokenAttributes is only supported for {TOKEN_API_VERSION}"
+        ));
+    }
+    if t.require_service_account == Some(false)
+        && !t.required_service_account_annotation_keys.is_empty()
+    {
+        fail("tokenAttributes: requireServiceAccount cannot be false when requiredServiceAccountAnnotationKeys is set".into());
+    }
+    for key in t
+        .required_service_account_annotation_keys
+        .iter()
+        .chain(&t.optional_service_account_annotation_keys)
+    {
+        if !is_qualified_name(&key.to_lowercase()) {
+            fail(format!(
+                "tokenAttributes: {key:?} is not a valid annotation key"
+            ));
+        }
+        if t.required_service_account_annotation_keys.contains(key)
+            && t.optional_service_account_annotation_keys.contains(key)
+        {
+            fail(format!(
+                "tokenAttributes: annotation key {key:?} cannot be both required and optional"
+            ));
+        }
+    }
+    if !matches!(t.cache_type.as_str(), "ServiceAccount" | "Token") {
+        fail("tokenAttributes.cacheType must be ServiceAccount or Token".into());
+    }
+    TokenAttributes {
+        audience: t.service_account_token_audience,
+        cache_type: t.cache_type,
+        require_service_account: t.require_service_account.unwrap_or(true),
+        required_annotation_keys: t.required_service_account_annotation_keys,
+        optional_annotation_keys: t.optional_service_account_annotation_keys,
+    }
+}
+
 fn validate(raw: RawConfig) -> Result<ProviderConfig, String> {
     let mut errors: Vec<String> = Vec::new();
     if raw.kind.as_deref() != Some("CredentialProviderConfig") {
@@ -362,52 +414,9 @@ fn validate(raw: RawConfig) -> Result<ProviderConfig, String> {
                 Duration::ZERO
             }),
         };
-        let token_attributes = p.token_attributes.map(|t| {
-            if t.service_account_token_audience.is_empty() {
-                fail("tokenAttributes.serviceAccountTokenAudience is required".into());
-            }
-            if t.require_service_account.is_none() {
-                fail("tokenAttributes.requireServiceAccount is required".into());
-            }
-            if p.api_version != TOKEN_API_VERSION {
-                fail(format!(
-                    "tokenAttributes is only supported for {TOKEN_API_VERSION}"
-                ));
-            }
-            if t.require_service_account == Some(false)
-                && !t.required_service_account_annotation_keys.is_empty()
-            {
-                fail("tokenAttributes: requireServiceAccount cannot be false when requiredServiceAccountAnnotationKeys is set".into());
-            }
-            for key in t
-                .required_service_account_annotation_keys
-                .iter()
-                .chain(&t.optional_service_account_annotation_keys)
-            {
-                if !is_qualified_name(&key.to_lowercase()) {
-                    fail(format!(
-                        "tokenAttributes: {key:?} is not a valid annotation key"
-                    ));
-                }
-                if t.required_service_account_annotation_keys.contains(key)
-                    && t.optional_service_account_annotation_keys.contains(key)
-                {
-                    fail(format!(
-                        "tokenAttributes: annotation key {key:?} cannot be both required and optional"
-                    ));
-                }
-            }
-            if !matches!(t.cache_type.as_str(), "ServiceAccount" | "Token") {
-                fail("tokenAttributes.cacheType must be ServiceAccount or Token".into());
-            }
-            TokenAttributes {
-                audience: t.service_account_token_audience,
-                cache_type: t.cache_type,
-                require_service_account: t.require_service_account.unwrap_or(true),
-                required_annotation_keys: t.required_service_account_annotation_keys,
-                optional_annotation_keys: t.optional_service_account_annotation_keys,
-            }
-        });
+        let token_attributes = p
+            .token_attributes
+            .map(|t| token_attributes(t, &p.api_version, &mut fail));
         let mut allowed_namespaces = Vec::new();
         for glob in p.allowed_namespaces.unwrap_or_default() {
             match NamespaceGlob::parse(&glob) {
