@@ -245,6 +245,80 @@ pub fn validate_cluster(spec: &ClusterImagePullSecretManagerSpec) -> Result<(), 
     })
 }
 
+/// The checks of one entry of `spec.secrets` (`field`), each fault told to `fail`: which
+/// fields go together, valid Secret names, and namespaces on references only where
+/// `references` allows them.
+fn validate_entry(
+    entry: &PullSecretEntry,
+    field: &str,
+    references: References,
+    fail: &mut impl FnMut(String, &str),
+) {
+    let inline = entry.registry.is_some()
+        || entry.username.is_some()
+        || entry.password.is_some()
+        || entry.password_secret_ref.is_some()
+        || entry.email.is_some();
+    if entry.credential_provider.is_some() {
+        if inline || entry.existing_secret_ref.is_some() || entry.name.is_none() {
+            fail(field.to_owned(), ENTRY_PROVIDER_ALONE);
+        }
+    } else {
+        match &entry.existing_secret_ref {
+            Some(_) if inline => fail(field.to_owned(), ENTRY_EXCLUSIVE),
+            Some(_) => {}
+            None => {
+                if entry.name.is_none() || entry.registry.is_none() || entry.username.is_none() {
+                    fail(field.to_owned(), ENTRY_INLINE_FIELDS);
+                }
+                if entry.password.is_some() == entry.password_secret_ref.is_some() {
+                    fail(field.to_owned(), ENTRY_ONE_PASSWORD);
+                }
+            }
+        }
+    }
+    let names = [
+        ("name", entry.name.as_deref()),
+        (
+            "existingSecretRef.name",
+            entry.existing_secret_ref.as_ref().map(|r| r.name.as_str()),
+        ),
+        (
+            "passwordSecretRef.name",
+            entry.password_secret_ref.as_ref().map(|r| r.name.as_str()),
+        ),
+    ];
+    for (sub, name) in names {
+        if let Some(name) = name.filter(|n| !is_object_name(n)) {
+            fail(
+                format!("{field}.{sub}"),
+                &format!("{name:?} is not a valid Secret name"),
+            );
+        }
+    }
+    let namespaces = [
+        entry
+            .existing_secret_ref
+            .as_ref()
+            .map(|r| r.namespace.is_some()),
+        entry
+            .password_secret_ref
+            .as_ref()
+            .map(|r| r.namespace.is_some()),
+    ];
+    let misplaced = namespaces
+        .into_iter()
+        .flatten()
+        .any(|has_namespace| has_namespace != (references == References::NamedNamespace));
+    if misplaced {
+        let message = match references {
+            References::OwnNamespace => REFERENCES_OWN_NAMESPACE,
+            References::NamedNamespace => REFERENCES_NEED_NAMESPACE,
+        };
+        fail(field.to_owned(), message);
+    }
+}
+
 fn validate(spec: &Parts<'_>) -> Result<(), InvalidSpec> {
     let mut errors = Vec::new();
     let mut fail = |field: String, message: &str| errors.push(format!("{field}: {message}"));
@@ -254,70 +328,7 @@ fn validate(spec: &Parts<'_>) -> Result<(), InvalidSpec> {
     let mut targets: Vec<&str> = Vec::new();
     for (i, entry) in spec.secrets.iter().enumerate() {
         let field = format!("spec.secrets[{i}]");
-        let inline = entry.registry.is_some()
-            || entry.username.is_some()
-            || entry.password.is_some()
-            || entry.password_secret_ref.is_some()
-            || entry.email.is_some();
-        if entry.credential_provider.is_some() {
-            if inline || entry.existing_secret_ref.is_some() || entry.name.is_none() {
-                fail(field.clone(), ENTRY_PROVIDER_ALONE);
-            }
-        } else {
-            match &entry.existing_secret_ref {
-                Some(_) if inline => fail(field.clone(), ENTRY_EXCLUSIVE),
-                Some(_) => {}
-                None => {
-                    if entry.name.is_none() || entry.registry.is_none() || entry.username.is_none()
-                    {
-                        fail(field.clone(), ENTRY_INLINE_FIELDS);
-                    }
-                    if entry.password.is_some() == entry.password_secret_ref.is_some() {
-                        fail(field.clone(), ENTRY_ONE_PASSWORD);
-                    }
-                }
-            }
-        }
-        let names = [
-            ("name", entry.name.as_deref()),
-            (
-                "existingSecretRef.name",
-                entry.existing_secret_ref.as_ref().map(|r| r.name.as_str()),
-            ),
-            (
-                "passwordSecretRef.name",
-                entry.password_secret_ref.as_ref().map(|r| r.name.as_str()),
-            ),
-        ];
-        for (sub, name) in names {
-            if let Some(name) = name.filter(|n| !is_object_name(n)) {
-                fail(
-                    format!("{field}.{sub}"),
-                    &format!("{name:?} is not a valid Secret name"),
-                );
-            }
-        }
-        let namespaces = [
-            entry
-                .existing_secret_ref
-                .as_ref()
-                .map(|r| r.namespace.is_some()),
-            entry
-                .password_secret_ref
-                .as_ref()
-                .map(|r| r.namespace.is_some()),
-        ];
-        let misplaced = namespaces
-            .into_iter()
-            .flatten()
-            .any(|has_namespace| has_namespace != (spec.references == References::NamedNamespace));
-        if misplaced {
-            let message = match spec.references {
-                References::OwnNamespace => REFERENCES_OWN_NAMESPACE,
-                References::NamedNamespace => REFERENCES_NEED_NAMESPACE,
-            };
-            fail(field.clone(), message);
-        }
+        validate_entry(entry, &field, spec.references, &mut fail);
         if let Some(target) = entry.target_name() {
             if targets.contains(&target) {
                 fail(field.clone(), UNIQUE_TARGET_NAMES);
