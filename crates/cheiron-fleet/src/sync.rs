@@ -143,44 +143,11 @@ async fn sync_fleet(
             );
             out.retry = Some(out.retry.map_or(delay, |r| r.min(delay)));
         }
-        let mut status = match outcome {
-            Ok(mut status) => {
-                status.name = cluster.clone();
-                status
-            }
-            Err(why) => {
-                let message = why.into_message();
-                tracing::warn!(
-                    manager = name,
-                    cluster,
-                    error = message,
-                    "workload cluster not synced"
-                );
-                ClusterStatus {
-                    name: cluster.clone(),
-                    ready: false,
-                    message: Some(message),
-                    ..ClusterStatus::default()
-                }
-            }
-        };
+        let mut status = cluster_status(&name, &cluster, outcome);
         if fleet.record_health(&uid, &cluster, health)
-            && let Some((warning, reason)) = health.reason()
+            && let Some(event) = health_event(&cluster, health, &status)
         {
-            out.events.push(Event {
-                type_: if warning {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                },
-                reason: reason.to_owned(),
-                note: Some(format!(
-                    "cluster {cluster}: {}",
-                    status.message.as_deref().unwrap_or("in step again")
-                )),
-                action: "Sync".to_owned(),
-                secondary: None,
-            });
+            out.events.push(event);
         }
         if selected {
             holds.insert(cluster);
@@ -201,6 +168,54 @@ async fn sync_fleet(
     fleet.record_holds(&uid, holds);
     fleet.refresh().await;
     out
+}
+
+/// The `status.clusters` entry of `cluster` after a sync of the manager `manager` there.
+fn cluster_status(
+    manager: &str,
+    cluster: &str,
+    outcome: Result<ClusterStatus, NotSynced>,
+) -> ClusterStatus {
+    match outcome {
+        Ok(mut status) => {
+            status.name = cluster.to_owned();
+            status
+        }
+        Err(why) => {
+            let message = why.into_message();
+            tracing::warn!(
+                manager,
+                cluster,
+                error = message,
+                "workload cluster not synced"
+            );
+            ClusterStatus {
+                name: cluster.to_owned(),
+                ready: false,
+                message: Some(message),
+                ..ClusterStatus::default()
+            }
+        }
+    }
+}
+
+/// The Event of a manager entering `health` in `cluster`, if that state has one.
+fn health_event(cluster: &str, health: Health, status: &ClusterStatus) -> Option<Event> {
+    let (warning, reason) = health.reason()?;
+    Some(Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: reason.to_owned(),
+        note: Some(format!(
+            "cluster {cluster}: {}",
+            status.message.as_deref().unwrap_or("in step again")
+        )),
+        action: "Sync".to_owned(),
+        secondary: None,
+    })
 }
 
 /// Takes away what a deleted `manager` left in every workload cluster (those being deleted
