@@ -15,7 +15,7 @@ pub use subject::{AdmittedObject, Interpreted, Uninterpretable, interpret};
 
 use serde_json::Value;
 
-use crate::policy::{Decision, NamespaceMeta, Skip, SubjectKind, View, decide};
+use crate::policy::{Decision, Manager, NamespaceMeta, Skip, SubjectKind, View, decide};
 
 /// What cheiron does to one Pod or ServiceAccount.
 #[derive(Clone, Debug, PartialEq)]
@@ -83,11 +83,13 @@ pub fn mutate_interpreted(interpreted: &Interpreted, namespace: &str, view: &dyn
     // (not the user's own Secret, injected under its name in its namespace, which that cache
     // cannot tell about).
     let in_place = |name: &str| managers.iter().any(|m| m.sources_in_place(namespace, name));
-    let known_missing =
-        |name: &str| view.secret_exists(namespace, name) == Some(false) && !in_place(name);
-    let warnings = added
+    let missing: Vec<&str> = added
         .iter()
-        .filter(|name| known_missing(name))
+        .map(String::as_str)
+        .filter(|name| view.secret_exists(namespace, name) == Some(false) && !in_place(name))
+        .collect();
+    let warnings = missing
+        .iter()
         .map(|name| {
             format!("cheiron: pull secret {namespace}/{name} does not exist yet; it was referenced anyway and the controller will create it")
         })
@@ -98,16 +100,22 @@ pub fn mutate_interpreted(interpreted: &Interpreted, namespace: &str, view: &dyn
     // checked if a manager that injects it is not Ready (e.g. `SourceMissing`): the controller
     // reads the Secret before it warns, so a name checked for nothing costs one GET. A manager
     // without a status (not reconciled yet, or read from a file) does not count as not Ready.
+    // Usually every manager is Ready, and then no name is looked at twice.
     if interpreted.kind == SubjectKind::Pod {
+        let not_ready: Vec<&Manager> = managers
+            .iter()
+            .map(|m| &**m)
+            .filter(|m| m.is_not_ready())
+            .collect();
         let unsure = |name: &str| {
-            (in_place(name) || view.secret_exists(namespace, name).is_none())
-                && managers
-                    .iter()
-                    .any(|m| m.is_not_ready() && m.secret_names().iter().any(|n| n == name))
+            not_ready
+                .iter()
+                .any(|m| m.secret_names().iter().any(|n| n == name))
+                && (in_place(name) || view.secret_exists(namespace, name).is_none())
         };
         let check: Vec<String> = added
             .iter()
-            .filter(|name| known_missing(name) || unsure(name))
+            .filter(|name| missing.contains(&name.as_str()) || unsure(name))
             .cloned()
             .collect();
         mark_missing(&mut patch, interpreted, &check);
