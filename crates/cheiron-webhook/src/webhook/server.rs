@@ -162,40 +162,7 @@ pub async fn serve(
         .with_shutdown(shutdown.clone())
         .with_certificate(certificate)
         .with_metrics_access(metrics_access);
-    let protocols = Arc::new(Protocols::new(&limits));
-    let timers = Timers {
-        preface: limits.http2_preface_timeout,
-        idle: limits.http2_idle_timeout,
-        max_age: (!limits.max_connection_age.is_zero()).then_some(limits.max_connection_age),
-        close_grace: timing.drain_timeout,
-    };
-    let webhook = Endpoint {
-        service: TowerToHyperService::new(router(state.clone())),
-        tls: Some(acceptor),
-        protocols: Arc::clone(&protocols),
-        handshake_timeout: timing.handshake_timeout,
-        timers,
-        metrics: Arc::clone(&metrics),
-    };
-    let admin = Endpoint {
-        service: TowerToHyperService::new(admin_router(state.admin())),
-        tls: admin_acceptor,
-        protocols,
-        handshake_timeout: timing.handshake_timeout,
-        timers,
-        metrics: Arc::clone(&metrics),
-    };
-    let connection_metrics = &metrics.connections;
-    let webhook_slots = ConnectionLimiter::new(
-        limits.max_connections,
-        limits.max_connections_per_peer,
-        connection_metrics.open(WEBHOOK),
-    );
-    let admin_slots = ConnectionLimiter::new(
-        limits.max_admin_connections,
-        limits.max_admin_connections,
-        connection_metrics.open(ADMIN),
-    );
+    let (webhook, admin) = doors(state, acceptor, admin_acceptor, &limits, &timing, &metrics);
 
     let draining = CancellationToken::new();
     let mut connections = JoinSet::new();
@@ -204,24 +171,12 @@ pub async fn serve(
     loop {
         tokio::select! {
             () = &mut stop => break,
-            accepted = listeners.webhook.accept() => match accepted {
-                Ok((stream, peer)) => match webhook_slots.try_admit(peer.ip()) {
-                    Ok(slot) => {
-                        connections.spawn(webhook.clone().serve(stream, peer, slot, draining.clone()));
-                    }
-                    Err(refusal) => refuse(stream, peer, WEBHOOK, refusal, connection_metrics),
-                },
-                Err(error) => pause_after_accept_error(error).await,
-            },
-            accepted = listeners.admin.accept() => match accepted {
-                Ok((stream, peer)) => match admin_slots.try_admit(peer.ip()) {
-                    Ok(slot) => {
-                        connections.spawn(admin.clone().serve(stream, peer, slot, draining.clone()));
-                    }
-                    Err(refusal) => refuse(stream, peer, ADMIN, refusal, connection_metrics),
-                },
-                Err(error) => pause_after_accept_error(error).await,
-            },
+            accepted = listeners.webhook.accept() => {
+                webhook.admit(accepted, &mut connections, &draining).await;
+            }
+            accepted = listeners.admin.accept() => {
+                admin.admit(accepted, &mut connections, &draining).await;
+            }
             Some(finished) = connections.join_next(), if !connections.is_empty() => {
                 if let Err(error) = finished {
                     tracing::error!(%error, "connection task failed");
@@ -232,20 +187,118 @@ pub async fn serve(
 
     drop(listeners);
     draining.cancel();
+    drain(connections, timing.drain_timeout).await;
+    tracing::info!("webhook stopped");
+    Ok(())
+}
+
+/// The webhook's door (its router over TLS, up to `max_connections`, fairly shared between
+/// peers) and the admin port's (plain HTTP or TLS, up to `max_admin_connections`).
+fn doors(
+    state: WebhookState,
+    acceptor: TlsAcceptor,
+    admin_acceptor: Option<TlsAcceptor>,
+    limits: &Limits,
+    timing: &Timing,
+    metrics: &Arc<Metrics>,
+) -> (Door, Door) {
+    let protocols = Arc::new(Protocols::new(limits));
+    let timers = Timers {
+        preface: limits.http2_preface_timeout,
+        idle: limits.http2_idle_timeout,
+        max_age: (!limits.max_connection_age.is_zero()).then_some(limits.max_connection_age),
+        close_grace: timing.drain_timeout,
+    };
+    let endpoint = |service, tls| Endpoint {
+        service,
+        tls,
+        protocols: Arc::clone(&protocols),
+        handshake_timeout: timing.handshake_timeout,
+        timers,
+        metrics: Arc::clone(metrics),
+    };
+    let connections = &metrics.connections;
+    let webhook = Door {
+        listener: WEBHOOK,
+        endpoint: endpoint(
+            TowerToHyperService::new(router(state.clone())),
+            Some(acceptor),
+        ),
+        slots: ConnectionLimiter::new(
+            limits.max_connections,
+            limits.max_connections_per_peer,
+            connections.open(WEBHOOK),
+        ),
+    };
+    let admin = Door {
+        listener: ADMIN,
+        endpoint: endpoint(
+            TowerToHyperService::new(admin_router(state.admin())),
+            admin_acceptor,
+        ),
+        slots: ConnectionLimiter::new(
+            limits.max_admin_connections,
+            limits.max_admin_connections,
+            connections.open(ADMIN),
+        ),
+    };
+    (webhook, admin)
+}
+
+/// Waits up to `timeout` for the connections to finish after the listeners closed, then
+/// closes those still open.
+async fn drain(mut connections: JoinSet<()>, timeout: Duration) {
     tracing::info!(
         connections = connections.len(),
         "listeners closed; draining connections"
     );
-    let drained = tokio::time::timeout(timing.drain_timeout, async {
+    let drained = tokio::time::timeout(timeout, async {
         while connections.join_next().await.is_some() {}
     })
     .await;
     if drained.is_err() {
-        tracing::warn!(timeout = ?timing.drain_timeout, "connections still open after the drain timeout; closing them");
+        tracing::warn!(timeout = ?timeout, "connections still open after the drain timeout; closing them");
     }
     connections.shutdown().await;
-    tracing::info!("webhook stopped");
-    Ok(())
+}
+
+/// One listener's endpoint and the slots its connections take.
+struct Door {
+    /// The `listener` label of the connection metrics.
+    listener: &'static str,
+    endpoint: Endpoint,
+    slots: ConnectionLimiter,
+}
+
+impl Door {
+    /// Serves an accepted connection in a task of `connections` if it gets a slot, and
+    /// refuses it at once if not.
+    async fn admit(
+        &self,
+        accepted: io::Result<(TcpStream, SocketAddr)>,
+        connections: &mut JoinSet<()>,
+        draining: &CancellationToken,
+    ) {
+        match accepted {
+            Ok((stream, peer)) => match self.slots.try_admit(peer.ip()) {
+                Ok(slot) => {
+                    let serving = self
+                        .endpoint
+                        .clone()
+                        .serve(stream, peer, slot, draining.clone());
+                    connections.spawn(serving);
+                }
+                Err(refusal) => refuse(
+                    stream,
+                    peer,
+                    self.listener,
+                    refusal,
+                    &self.endpoint.metrics.connections,
+                ),
+            },
+            Err(error) => pause_after_accept_error(error).await,
+        }
+    }
 }
 
 /// Closes a connection over the cap at once, with a reset rather than a FIN, so that
