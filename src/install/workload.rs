@@ -218,70 +218,13 @@ fn container_port(name: &str, port: i32) -> ContainerPort {
 pub fn deployment(install: &Install, workload: Workload) -> Deployment {
     let selector = install.selector(workload.component());
     let host_network = workload.serves_webhook() && install.webhook.host_network;
-    let mut ports = Vec::new();
-    if workload.serves_webhook() {
-        ports.push(container_port("https", install.webhook.port));
-    }
-    ports.push(container_port("admin", ADMIN_PORT));
-    let mut volume_mounts = Vec::new();
-    let mut volumes = Vec::new();
-    let admin_https = install.metrics_auth == MetricsAuth::Kubernetes;
-    if workload.serves_webhook() || admin_https {
-        volume_mounts.push(VolumeMount {
-            name: "tls".to_owned(),
-            mount_path: TLS_DIR.to_owned(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        });
-        volumes.push(Volume {
-            name: "tls".to_owned(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(TLS_SECRET.to_owned()),
-                default_mode: Some(0o440),
-                optional: Some(false),
-                items: None,
-            }),
-            ..Volume::default()
-        });
-    }
-    let credential_providers = install
+    let (volume_mounts, volumes) = mounts(install, workload);
+    let init_containers = install
         .credential_providers
         .as_ref()
-        .filter(|_| workload.runs_controller());
-    if credential_providers.is_some() {
-        volume_mounts.extend(CredentialProviderSetup::volume_mounts());
-        volumes.extend(CredentialProviderSetup::volumes());
-    }
-    let init_containers = credential_providers
+        .filter(|_| workload.runs_controller())
         .and_then(|c| c.init_container(install))
         .map(|c| vec![c]);
-    let (volume_mounts, volumes) = if volumes.is_empty() {
-        (None, None)
-    } else {
-        (Some(volume_mounts), Some(volumes))
-    };
-    let container = Container {
-        name: NAME.to_owned(),
-        image: Some(install.image.clone()),
-        image_pull_policy: Some("IfNotPresent".to_owned()),
-        command: Some(vec!["cheiron".to_owned()]),
-        args: Some(container_args(install, workload)),
-        env: Some(vec![
-            field_env("CHEIRON_POD_NAME", "metadata.name"),
-            field_env("CHEIRON_POD_NAMESPACE", "metadata.namespace"),
-        ]),
-        ports: Some(ports),
-        liveness_probe: Some(probe("/healthz", 10, 3, admin_https)),
-        readiness_probe: Some(probe("/readyz", 5, 2, admin_https)),
-        resources: Some(ResourceRequirements {
-            requests: Some(quantities(&[("cpu", "50m"), ("memory", "64Mi")])),
-            limits: Some(quantities(&[("memory", "256Mi")])),
-            claims: None,
-        }),
-        security_context: Some(install.container_security_context()),
-        volume_mounts,
-        ..Container::default()
-    };
     Deployment {
         metadata: install.meta(workload.name(), workload.component()),
         spec: Some(DeploymentSpec {
@@ -310,27 +253,9 @@ pub fn deployment(install: &Install, workload: Workload) -> Deployment {
                     dns_policy: host_network.then(|| "ClusterFirstWithHostNet".to_owned()),
                     security_context: Some(install.pod_security_context()),
                     termination_grace_period_seconds: Some(TERMINATION_GRACE_PERIOD_SECONDS),
-                    affinity: Some(Affinity {
-                        pod_anti_affinity: Some(PodAntiAffinity {
-                            preferred_during_scheduling_ignored_during_execution: Some(vec![
-                                WeightedPodAffinityTerm {
-                                    weight: 100,
-                                    pod_affinity_term: PodAffinityTerm {
-                                        topology_key: "kubernetes.io/hostname".to_owned(),
-                                        label_selector: Some(LabelSelector {
-                                            match_labels: Some(selector),
-                                            match_expressions: None,
-                                        }),
-                                        ..PodAffinityTerm::default()
-                                    },
-                                },
-                            ]),
-                            required_during_scheduling_ignored_during_execution: None,
-                        }),
-                        ..Affinity::default()
-                    }),
+                    affinity: Some(spread_over_nodes(selector)),
                     init_containers,
-                    containers: vec![container],
+                    containers: vec![container(install, workload, volume_mounts)],
                     volumes,
                     ..PodSpec::default()
                 }),
@@ -338,6 +263,103 @@ pub fn deployment(install: &Install, workload: Workload) -> Deployment {
             ..DeploymentSpec::default()
         }),
         status: None,
+    }
+}
+
+/// The volumes of `workload`'s Pod and where its container mounts them: the serving
+/// certificate where it serves HTTPS, the credential providers' plugins and configuration
+/// where it runs the controller with them. `None` for both when there are none.
+fn mounts(
+    install: &Install,
+    workload: Workload,
+) -> (Option<Vec<VolumeMount>>, Option<Vec<Volume>>) {
+    let mut volume_mounts = Vec::new();
+    let mut volumes = Vec::new();
+    if workload.serves_webhook() || install.metrics_auth == MetricsAuth::Kubernetes {
+        volume_mounts.push(VolumeMount {
+            name: "tls".to_owned(),
+            mount_path: TLS_DIR.to_owned(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+        volumes.push(Volume {
+            name: "tls".to_owned(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(TLS_SECRET.to_owned()),
+                default_mode: Some(0o440),
+                optional: Some(false),
+                items: None,
+            }),
+            ..Volume::default()
+        });
+    }
+    if install.credential_providers.is_some() && workload.runs_controller() {
+        volume_mounts.extend(CredentialProviderSetup::volume_mounts());
+        volumes.extend(CredentialProviderSetup::volumes());
+    }
+    if volumes.is_empty() {
+        (None, None)
+    } else {
+        (Some(volume_mounts), Some(volumes))
+    }
+}
+
+/// `cheiron` with `workload`'s arguments, its ports, probes and resources.
+fn container(
+    install: &Install,
+    workload: Workload,
+    volume_mounts: Option<Vec<VolumeMount>>,
+) -> Container {
+    let admin_https = install.metrics_auth == MetricsAuth::Kubernetes;
+    let mut ports = Vec::new();
+    if workload.serves_webhook() {
+        ports.push(container_port("https", install.webhook.port));
+    }
+    ports.push(container_port("admin", ADMIN_PORT));
+    Container {
+        name: NAME.to_owned(),
+        image: Some(install.image.clone()),
+        image_pull_policy: Some("IfNotPresent".to_owned()),
+        command: Some(vec!["cheiron".to_owned()]),
+        args: Some(container_args(install, workload)),
+        env: Some(vec![
+            field_env("CHEIRON_POD_NAME", "metadata.name"),
+            field_env("CHEIRON_POD_NAMESPACE", "metadata.namespace"),
+        ]),
+        ports: Some(ports),
+        liveness_probe: Some(probe("/healthz", 10, 3, admin_https)),
+        readiness_probe: Some(probe("/readyz", 5, 2, admin_https)),
+        resources: Some(ResourceRequirements {
+            requests: Some(quantities(&[("cpu", "50m"), ("memory", "64Mi")])),
+            limits: Some(quantities(&[("memory", "256Mi")])),
+            claims: None,
+        }),
+        security_context: Some(install.container_security_context()),
+        volume_mounts,
+        ..Container::default()
+    }
+}
+
+/// Replicas preferably on different nodes, so that one node's loss takes one of them.
+fn spread_over_nodes(selector: BTreeMap<String, String>) -> Affinity {
+    Affinity {
+        pod_anti_affinity: Some(PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![
+                WeightedPodAffinityTerm {
+                    weight: 100,
+                    pod_affinity_term: PodAffinityTerm {
+                        topology_key: "kubernetes.io/hostname".to_owned(),
+                        label_selector: Some(LabelSelector {
+                            match_labels: Some(selector),
+                            match_expressions: None,
+                        }),
+                        ..PodAffinityTerm::default()
+                    },
+                },
+            ]),
+            required_during_scheduling_ignored_during_execution: None,
+        }),
+        ..Affinity::default()
     }
 }
 
