@@ -98,52 +98,19 @@ pub async fn keep(
     {
         tokio::time::sleep(IDLE).await;
     }
-    let changed = Arc::new(AtomicBool::new(true));
-    let (nodes, watch_nodes) = reflected(
-        Api::<PartialObjectMeta<Node>>::all(client.clone()),
-        watcher::Config::default(),
-    );
-    let (bundles, watch_bundles) = reflected(
-        Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), &namespace),
-        watcher::Config::default().labels(&format!("{BUNDLE_LABEL}={BUNDLE_LABEL_VALUE}")),
-    );
-    let (leases, watch_leases) = reflected(
-        Api::<Lease>::namespaced(client.clone(), &namespace),
-        watcher::Config::default().labels(&format!("{REPORT_LABEL}={REPORT_LABEL_VALUE}")),
-    );
-    let mut tasks = Vec::new();
-    for (stream, what) in [
-        (watch_nodes, "nodes"),
-        (watch_leases, "node reports"),
-        (watch_bundles, "node credentials"),
-    ] {
-        let changed = changed.clone();
-        tasks.push(AbortOnDrop(tokio::spawn(stream.for_each(move |event| {
-            if let Err(e) = event {
-                tracing::warn!(watch = what, error = %message::watch_error(&e), "watch failed; retrying");
-            }
-            changed.store(true, Ordering::Release);
-            std::future::ready(())
-        }))));
-    }
-    if let Err(e) = nodes.wait_until_ready().await {
-        tracing::warn!(error = %e, "node watch ended");
+    let Some(watched) = Watched::start(&client, &namespace).await else {
         return;
-    }
-    if let Err(e) = leases.wait_until_ready().await {
-        tracing::warn!(error = %e, "node report watch ended");
-        return;
-    }
-    if let Err(e) = bundles.wait_until_ready().await {
-        tracing::warn!(error = %e, "node credentials watch ended");
-        return;
-    }
+    };
     tracing::info!(namespace, "node status started");
+    let mut passes = Passes {
+        recorder: Recorder::new(client.clone(), reporter),
+        client,
+        namespace,
+        written: HashMap::new(),
+        announced: HashMap::new(),
+    };
     let mut seen: Vec<(String, Option<i64>)> = Vec::new();
     let mut last_full = Instant::now();
-    let mut written: HashMap<String, Value> = HashMap::new();
-    let recorder = Recorder::new(client.clone(), reporter);
-    let mut announced: HashMap<String, Vec<String>> = HashMap::new();
     loop {
         let all = managers.state();
         let mut now_seen: Vec<(String, Option<i64>)> = all
@@ -151,45 +118,141 @@ pub async fn keep(
             .map(|m| (m.uid().unwrap_or_default(), m.metadata.generation))
             .collect();
         now_seen.sort();
-        let changed = changed.swap(false, Ordering::AcqRel) || now_seen != seen;
+        let changed = watched.changed.swap(false, Ordering::AcqRel) || now_seen != seen;
         if changed || last_full.elapsed() >= PERIOD {
             seen = now_seen;
             last_full = Instant::now();
-            let reports = reports(&leases.state());
-            for (node, keys) in leftovers_to_announce(&reports, &mut announced) {
-                let uid = nodes
-                    .state()
-                    .iter()
-                    .find(|n| n.name_any() == node)
-                    .and_then(|n| n.uid());
-                announce_leftovers(&recorder, &node, uid, &keys).await;
-            }
-            let node_labels: Vec<(String, std::collections::BTreeMap<String, String>)> = nodes
-                .state()
-                .iter()
-                .map(|n| (n.name_any(), n.labels().clone()))
-                .collect();
-            let versions = bundle_versions(&bundles.state());
-            for manager in &all {
-                let version = versions.get(&manager.uid().unwrap_or_default());
-                write(
-                    &client,
-                    manager,
-                    &node_labels,
-                    &reports,
-                    version.map(String::as_str),
-                    &mut written,
-                )
-                .await;
-            }
-            // The bundles first, then the managers as they are now: a bundle is written only
-            // for a manager already in this store, so none is taken for stale by mistake.
-            let seen_bundles = bundles.state();
-            remove_stale(&client, &namespace, &managers.state(), &seen_bundles).await;
-            let live: Vec<String> = all.iter().map(|m| m.uid().unwrap_or_default()).collect();
-            written.retain(|uid, _| live.contains(uid));
+            passes.pass(&all, &watched, &managers).await;
         }
         tokio::time::sleep(TICK).await;
+    }
+}
+
+/// The Nodes, report Leases and node credentials, each in a reflector whose every change (or
+/// watch error) sets `changed`.
+struct Watched {
+    nodes: Store<PartialObjectMeta<Node>>,
+    leases: Store<Lease>,
+    bundles: Store<PartialObjectMeta<Secret>>,
+    changed: Arc<AtomicBool>,
+    /// The tasks that drive the reflectors, aborted with this.
+    _tasks: Vec<AbortOnDrop>,
+}
+
+impl Watched {
+    /// Starts the three watches and waits for their first lists; `None` if one ended first.
+    async fn start(client: &Client, namespace: &str) -> Option<Self> {
+        let changed = Arc::new(AtomicBool::new(true));
+        let (nodes, watch_nodes) = reflected(
+            Api::<PartialObjectMeta<Node>>::all(client.clone()),
+            watcher::Config::default(),
+        );
+        let (bundles, watch_bundles) = reflected(
+            Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), namespace),
+            watcher::Config::default().labels(&format!("{BUNDLE_LABEL}={BUNDLE_LABEL_VALUE}")),
+        );
+        let (leases, watch_leases) = reflected(
+            Api::<Lease>::namespaced(client.clone(), namespace),
+            watcher::Config::default().labels(&format!("{REPORT_LABEL}={REPORT_LABEL_VALUE}")),
+        );
+        let mut tasks = Vec::new();
+        for (stream, what) in [
+            (watch_nodes, "nodes"),
+            (watch_leases, "node reports"),
+            (watch_bundles, "node credentials"),
+        ] {
+            let changed = changed.clone();
+            tasks.push(AbortOnDrop(tokio::spawn(stream.for_each(move |event| {
+                if let Err(e) = event {
+                    tracing::warn!(watch = what, error = %message::watch_error(&e), "watch failed; retrying");
+                }
+                changed.store(true, Ordering::Release);
+                std::future::ready(())
+            }))));
+        }
+        if let Err(e) = nodes.wait_until_ready().await {
+            tracing::warn!(error = %e, "node watch ended");
+            return None;
+        }
+        if let Err(e) = leases.wait_until_ready().await {
+            tracing::warn!(error = %e, "node report watch ended");
+            return None;
+        }
+        if let Err(e) = bundles.wait_until_ready().await {
+            tracing::warn!(error = %e, "node credentials watch ended");
+            return None;
+        }
+        Some(Self {
+            nodes,
+            leases,
+            bundles,
+            changed,
+            _tasks: tasks,
+        })
+    }
+}
+
+/// What one pass over the managers writes with, and what it remembers between passes.
+struct Passes {
+    client: Client,
+    namespace: String,
+    recorder: Recorder,
+    /// The node status last written, by manager uid: only what differs is patched.
+    written: HashMap<String, Value>,
+    /// The config.json leftovers already announced, by node.
+    announced: HashMap<String, Vec<String>>,
+}
+
+impl Passes {
+    /// Announces new config.json leftovers, writes each manager's node status where it
+    /// changed, and deletes stale node credentials.
+    async fn pass(
+        &mut self,
+        all: &[Arc<ClusterImagePullSecretManager>],
+        watched: &Watched,
+        managers: &Store<ClusterImagePullSecretManager>,
+    ) {
+        let reports = reports(&watched.leases.state());
+        for (node, keys) in leftovers_to_announce(&reports, &mut self.announced) {
+            let uid = watched
+                .nodes
+                .state()
+                .iter()
+                .find(|n| n.name_any() == node)
+                .and_then(|n| n.uid());
+            announce_leftovers(&self.recorder, &node, uid, &keys).await;
+        }
+        let node_labels: Vec<(String, std::collections::BTreeMap<String, String>)> = watched
+            .nodes
+            .state()
+            .iter()
+            .map(|n| (n.name_any(), n.labels().clone()))
+            .collect();
+        let versions = bundle_versions(&watched.bundles.state());
+        for manager in all {
+            let version = versions.get(&manager.uid().unwrap_or_default());
+            write(
+                &self.client,
+                manager,
+                &node_labels,
+                &reports,
+                version.map(String::as_str),
+                &mut self.written,
+            )
+            .await;
+        }
+        // The bundles first, then the managers as they are now: a bundle is written only
+        // for a manager already in this store, so none is taken for stale by mistake.
+        let seen_bundles = watched.bundles.state();
+        remove_stale(
+            &self.client,
+            &self.namespace,
+            &managers.state(),
+            &seen_bundles,
+        )
+        .await;
+        let live: Vec<String> = all.iter().map(|m| m.uid().unwrap_or_default()).collect();
+        self.written.retain(|uid, _| live.contains(uid));
     }
 }
 
