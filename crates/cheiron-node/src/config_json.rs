@@ -384,46 +384,30 @@ fn without_ours(current: &[u8], state: &MergeState) -> Result<Option<Vec<u8>>, M
     Ok(Some(left))
 }
 
-/// Decides the file's content for `desired` (registry key → entry JSON text): cheiron's entries
-/// on top of the file without them. `current` is the file now, `state` what cheiron recorded
-/// of its last merge. An empty `desired` removes cheiron's entries.
-pub fn plan(
+/// The file as it would be without cheiron: the original cheiron recorded when the file is
+/// one of its own recent writes, the file without cheiron's entries when another tool wrote
+/// it since, the file itself when cheiron has no state.
+fn base_of(
     current: Option<&[u8]>,
     state: Option<&MergeState>,
-    desired: &[(String, String)],
-) -> Result<Merge, MergeError> {
-    let base: Option<Vec<u8>> = match (state, current) {
+) -> Result<Option<Vec<u8>>, MergeError> {
+    Ok(match (state, current) {
         (Some(s), Some(c)) if s.writes.iter().any(|w| w.sha256 == sha256_hex(c)) => {
             s.original.clone().map(String::into_bytes)
         }
         (Some(s), Some(c)) => without_ours(c, s)?,
         (_, None) => None,
         (None, Some(c)) => Some(c.to_vec()),
-    };
-    let leftover = match state {
-        Some(s) => leftovers_in(base.as_deref(), s)?,
-        None => Vec::new(),
-    };
-    let leftovers: Vec<String> = leftover.iter().map(|a| a.key.clone()).collect();
-    // Nothing of cheiron's to add: the state stays only while a leftover needs it.
-    let kept_state = state.filter(|_| !leftover.is_empty()).map(|s| MergeState {
-        leftover: leftover.clone(),
-        ..s.clone()
-    });
-    let unchanged = |conflicts| Merge {
-        content: base.clone(),
-        state: kept_state.clone(),
-        added: Vec::new(),
-        conflicts,
-        leftovers: leftovers.clone(),
-    };
-    if desired.is_empty() {
-        return Ok(unchanged(Vec::new()));
-    }
-    let mut config = match &base {
-        Some(bytes) => ConfigJson::parse(bytes)?,
-        None => ConfigJson::empty(),
-    };
+    })
+}
+
+/// Appends to `config` each `desired` entry whose registry it does not hold yet (the first of
+/// several for one registry); one for a registry the file already holds is a conflict and
+/// left out. An entry that is not a JSON object is an error.
+fn add(
+    config: &mut ConfigJson,
+    desired: &[(String, String)],
+) -> Result<(Vec<AddedEntry>, Vec<Conflict>), MergeError> {
     let existing: Vec<RegistryKey> = config
         .auths
         .iter()
@@ -461,6 +445,43 @@ pub fn plan(
         });
         added_keys.push(parsed);
     }
+    Ok((added, conflicts))
+}
+
+/// Decides the file's content for `desired` (registry key → entry JSON text): cheiron's entries
+/// on top of the file without them. `current` is the file now, `state` what cheiron recorded
+/// of its last merge. An empty `desired` removes cheiron's entries.
+pub fn plan(
+    current: Option<&[u8]>,
+    state: Option<&MergeState>,
+    desired: &[(String, String)],
+) -> Result<Merge, MergeError> {
+    let base = base_of(current, state)?;
+    let leftover = match state {
+        Some(s) => leftovers_in(base.as_deref(), s)?,
+        None => Vec::new(),
+    };
+    let leftovers: Vec<String> = leftover.iter().map(|a| a.key.clone()).collect();
+    // Nothing of cheiron's to add: the state stays only while a leftover needs it.
+    let kept_state = state.filter(|_| !leftover.is_empty()).map(|s| MergeState {
+        leftover: leftover.clone(),
+        ..s.clone()
+    });
+    let unchanged = |conflicts| Merge {
+        content: base.clone(),
+        state: kept_state.clone(),
+        added: Vec::new(),
+        conflicts,
+        leftovers: leftovers.clone(),
+    };
+    if desired.is_empty() {
+        return Ok(unchanged(Vec::new()));
+    }
+    let mut config = match &base {
+        Some(bytes) => ConfigJson::parse(bytes)?,
+        None => ConfigJson::empty(),
+    };
+    let (added, conflicts) = add(&mut config, desired)?;
     if added.is_empty() {
         return Ok(unchanged(conflicts));
     }
