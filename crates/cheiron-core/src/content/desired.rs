@@ -210,79 +210,89 @@ fn resolve(
     }
     let key = source_key(entry, manager_namespace);
     let fetched = |key: &SourceKey| sources.get(key).unwrap_or(&Fetched::Missing);
-    let invalid = |key: &SourceKey, message: String| Problem::InvalidSource {
-        entry: index,
-        source: describe(key),
-        message,
-    };
-    match (&entry.existing_secret_ref, key.clone()) {
+    match (&entry.existing_secret_ref, key) {
         (Some(_), Some(key)) => match fetched(&key) {
             Fetched::Missing => Err(Problem::SourceMissing {
                 entry: index,
                 source: describe(&key),
             }),
             Fetched::Present { secret_type, data } => {
-                DockerConfig::from_secret(secret_type.as_deref(), data)
-                    .map_err(|InvalidSource(m)| invalid(&key, m))
+                DockerConfig::from_secret(secret_type.as_deref(), data).map_err(
+                    |InvalidSource(message)| Problem::InvalidSource {
+                        entry: index,
+                        source: describe(&key),
+                        message,
+                    },
+                )
             }
         },
-        _ => {
-            let (Some(registry), Some(username)) = (&entry.registry, &entry.username) else {
-                return Err(Problem::InvalidSource {
-                    entry: index,
-                    source: "spec".to_owned(),
-                    message: "registry and username are required".to_owned(),
-                });
-            };
-            let password = match (&entry.password, &entry.password_secret_ref, key) {
-                (Some(inline), _, _) => inline.clone(),
-                (None, Some(r), Some(key)) => match fetched(&key) {
-                    Fetched::Missing => {
-                        return Err(Problem::SourceMissing {
-                            entry: index,
-                            source: describe(&key),
-                        });
-                    }
-                    Fetched::Present { secret_type, data } => {
-                        let secret_type = secret_type.as_deref().unwrap_or("Opaque");
-                        if !PASSWORD_SOURCE_TYPES.contains(&secret_type) {
-                            return Err(invalid(
-                                &key,
-                                format!(
-                                    "is of type {secret_type}; passwordSecretRef reads only {}",
-                                    PASSWORD_SOURCE_TYPES.join(" or ")
-                                ),
-                            ));
-                        }
-                        let bytes = data
-                            .get(&r.key)
-                            .ok_or_else(|| invalid(&key, format!("has no key {:?}", r.key)))?;
-                        String::from_utf8(bytes.0.clone())
-                            .map_err(|_| {
-                                invalid(&key, format!("key {:?} is not UTF-8 text", r.key))
-                            })?
-                            .trim_end_matches(['\n', '\r'])
-                            .to_owned()
-                    }
-                },
-                _ => {
-                    return Err(Problem::InvalidSource {
-                        entry: index,
-                        source: "spec".to_owned(),
-                        message: "password or passwordSecretRef is required".to_owned(),
-                    });
-                }
-            };
-            // Written under the key the kubelet matches: `docker.io` or a slash-less
-            // `https://index.docker.io/v1` becomes `https://index.docker.io/v1/`.
-            Ok(DockerConfig::from_credentials(
-                &canonical_key(registry),
-                username,
-                &password,
-                entry.email.as_deref(),
-            ))
-        }
+        (_, key) => credentials(index, entry, key.as_ref().map(|key| (key, fetched(key)))),
     }
+}
+
+/// An entry of a registry, a username and a password, inline or read from the
+/// `passwordSecretRef` Secret `source` (its key and what was fetched of it).
+fn credentials(
+    index: usize,
+    entry: &PullSecretEntry,
+    source: Option<(&SourceKey, &Fetched)>,
+) -> Result<DockerConfig, Problem> {
+    let in_spec = |message: &str| Problem::InvalidSource {
+        entry: index,
+        source: "spec".to_owned(),
+        message: message.to_owned(),
+    };
+    let (Some(registry), Some(username)) = (&entry.registry, &entry.username) else {
+        return Err(in_spec("registry and username are required"));
+    };
+    let password = match (&entry.password, &entry.password_secret_ref, source) {
+        (Some(inline), _, _) => inline.clone(),
+        (None, Some(r), Some((key, fetched))) => password_from(index, key, &r.key, fetched)?,
+        _ => return Err(in_spec("password or passwordSecretRef is required")),
+    };
+    // Written under the key the kubelet matches: `docker.io` or a slash-less
+    // `https://index.docker.io/v1` becomes `https://index.docker.io/v1/`.
+    Ok(DockerConfig::from_credentials(
+        &canonical_key(registry),
+        username,
+        &password,
+        entry.email.as_deref(),
+    ))
+}
+
+/// The password under `field` of the `passwordSecretRef` Secret `key`: text, without a
+/// trailing newline, from a Secret of a type that holds passwords.
+fn password_from(
+    index: usize,
+    key: &SourceKey,
+    field: &str,
+    fetched: &Fetched,
+) -> Result<String, Problem> {
+    let invalid = |message: String| Problem::InvalidSource {
+        entry: index,
+        source: describe(key),
+        message,
+    };
+    let Fetched::Present { secret_type, data } = fetched else {
+        return Err(Problem::SourceMissing {
+            entry: index,
+            source: describe(key),
+        });
+    };
+    let secret_type = secret_type.as_deref().unwrap_or("Opaque");
+    if !PASSWORD_SOURCE_TYPES.contains(&secret_type) {
+        return Err(invalid(format!(
+            "is of type {secret_type}; passwordSecretRef reads only {}",
+            PASSWORD_SOURCE_TYPES.join(" or ")
+        )));
+    }
+    let bytes = data
+        .get(field)
+        .ok_or_else(|| invalid(format!("has no key {field:?}")))?;
+    Ok(String::from_utf8(bytes.0.clone())
+        .map_err(|_| invalid(format!("key {field:?} is not UTF-8 text")))?
+        .trim_end_matches(['\n', '\r'])
+        .to_owned())
 }
 
 /// Computes what a manager wants from its entries and the fetched sources (no provider
@@ -633,6 +643,70 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn an_unusable_password_source_or_spec_is_named_in_the_problem() {
+        let entry = |password_secret_ref| PullSecretEntry {
+            name: Some("t".into()),
+            registry: Some("ghcr.io".into()),
+            username: Some("u".into()),
+            password_secret_ref,
+            ..PullSecretEntry::default()
+        };
+        let by_ref = entry(Some(SecretKeyRef {
+            name: "s".into(),
+            key: "token".into(),
+            namespace: Some("kube-system".into()),
+        }));
+        let holding = |key: &str, value: &[u8]| {
+            HashMap::from([(
+                ("kube-system".into(), "s".into()),
+                Fetched::Present {
+                    secret_type: None,
+                    data: BTreeMap::from([(key.into(), ByteString(value.to_vec()))]),
+                },
+            )])
+        };
+        let problem = |entry: &PullSecretEntry, sources: &HashMap<SourceKey, Fetched>| {
+            let d = desired(std::slice::from_ref(entry), None, None, sources);
+            assert_eq!(d.secrets[0].content, None, "{:?}", d.problems);
+            d.problems[0].clone()
+        };
+        let invalid = |problem: Problem, source: &str, text: &str| {
+            assert!(
+                matches!(&problem, Problem::InvalidSource { source: s, message, .. } if s == source && message.contains(text)),
+                "{problem:?} should name {source} and say {text:?}"
+            );
+        };
+        invalid(
+            problem(&by_ref, &holding("other", b"x")),
+            "kube-system/s",
+            "has no key \"token\"",
+        );
+        invalid(
+            problem(&by_ref, &holding("token", &[0xff, 0xfe])),
+            "kube-system/s",
+            "key \"token\" is not UTF-8 text",
+        );
+        assert!(matches!(
+            problem(&by_ref, &HashMap::new()),
+            Problem::SourceMissing { source, .. } if source == "kube-system/s"
+        ));
+        invalid(
+            problem(&entry(None), &HashMap::new()),
+            "spec",
+            "password or passwordSecretRef is required",
+        );
+        let no_user = PullSecretEntry {
+            username: None,
+            ..by_ref.clone()
+        };
+        invalid(
+            problem(&no_user, &holding("token", b"x")),
+            "spec",
+            "registry and username are required",
+        );
     }
 
     #[test]
