@@ -407,6 +407,25 @@ impl ControllerArgs {
         ready: Arc<ReadyFlag>,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
+        match self.prepare(&client, &metrics)? {
+            (leading, None) => {
+                metrics.operations.leader.set(1);
+                lead(leading, ready, shutdown).await?;
+                Ok(())
+            }
+            (leading, Some(election)) => {
+                lead_while_elected(election, client, leading, ready, shutdown).await
+            }
+        }
+    }
+
+    /// What the leader runs, and the election that makes a replica the leader (`None` when
+    /// leader election is disabled).
+    fn prepare(
+        self,
+        client: &kube::Client,
+        metrics: &Arc<Metrics>,
+    ) -> anyhow::Result<(Leading, Option<LeaderElection>)> {
         let Self {
             leader_election,
             no_leader_election,
@@ -456,9 +475,7 @@ impl ControllerArgs {
             attribute_pull_failures,
         };
         if no_leader_election || !leader_election {
-            metrics.operations.leader.set(1);
-            lead(leading, ready, shutdown).await?;
-            return Ok(());
+            return Ok((leading, None));
         }
         let namespace = leader_election_namespace
             .or(pod_namespace)
@@ -469,38 +486,46 @@ impl ControllerArgs {
             identity,
             lease_duration: Duration::from_secs(lease_duration),
         };
-        let errors = Arc::new(std::sync::Mutex::new(None));
-        // A standby replica is doing its job.
-        ready.set(true);
-        election
-            .run(client.clone(), shutdown, |term| {
-                let (leading, metrics, ready, errors) = (
-                    leading.clone(),
-                    metrics.clone(),
-                    ready.clone(),
-                    errors.clone(),
-                );
-                async move {
-                    metrics.operations.leader.set(1);
-                    if let Err(e) = lead(leading, ready.clone(), term).await {
-                        tracing::error!(error = %e, "controller failed");
-                        if let Ok(mut slot) = errors.lock() {
-                            *slot = Some(e);
-                        }
+        Ok((leading, Some(election)))
+    }
+}
+
+/// Stands by as a ready replica, leads whenever `election` is won, and stands by again when
+/// the term ends, until `shutdown`. The error of a term that failed is the result.
+async fn lead_while_elected(
+    election: LeaderElection,
+    client: kube::Client,
+    leading: Leading,
+    ready: Arc<ReadyFlag>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let errors = Arc::new(std::sync::Mutex::new(None));
+    // A standby replica is doing its job.
+    ready.set(true);
+    election
+        .run(client, shutdown, |term| {
+            let (leading, ready, errors) = (leading.clone(), ready.clone(), errors.clone());
+            async move {
+                let metrics = leading.metrics.clone();
+                metrics.operations.leader.set(1);
+                if let Err(e) = lead(leading, ready.clone(), term).await {
+                    tracing::error!(error = %e, "controller failed");
+                    if let Ok(mut slot) = errors.lock() {
+                        *slot = Some(e);
                     }
-                    // Back to standing by.
-                    metrics.operations.leader.set(0);
-                    metrics.operations.managers.clear();
-                    metrics.audit_findings.set(0);
-                    ready.set(true);
                 }
-            })
-            .await;
-        let failed = errors.lock().ok().and_then(|mut e| e.take());
-        match failed {
-            Some(e) => Err(e.into()),
-            None => Ok(()),
-        }
+                // Back to standing by.
+                metrics.operations.leader.set(0);
+                metrics.operations.managers.clear();
+                metrics.audit_findings.set(0);
+                ready.set(true);
+            }
+        })
+        .await;
+    let failed = errors.lock().ok().and_then(|mut e| e.take());
+    match failed {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
     }
 }
 
