@@ -19,7 +19,7 @@ use super::{Finding, Lacking, Registration, Why, lacking, pod_fix, pulls, why_po
 use crate::{
     admission::interpret,
     explain::source::{SourceError, manager_objects},
-    policy::{NamespaceMeta, SubjectKind, live_managers},
+    policy::{Manager, NamespaceMeta, SubjectKind, live_managers},
 };
 
 /// Objects read per list request, unless `--page-size` says otherwise.
@@ -69,8 +69,6 @@ pub async fn audit(
     page_size: u32,
 ) -> Result<Audit, SourceError> {
     let (namespaced_managers, cluster_managers) = manager_objects(client).await?;
-    let managers = live_managers(&namespaced_managers, &cluster_managers).0;
-    let serving = pulls::serving(&namespaced_managers, &cluster_managers);
     let namespaces: HashMap<String, NamespaceMeta> = all(
         Api::<Namespace>::all(client.clone()),
         "Namespaces",
@@ -80,24 +78,66 @@ pub async fn audit(
     .iter()
     .map(|n| (n.name_any(), NamespaceMeta::from_metadata(&n.metadata)))
     .collect();
-    let meta = |ns: &str| {
-        namespaces
-            .get(ns)
-            .cloned()
-            .unwrap_or_else(|| NamespaceMeta::named(ns))
+    let mut auditor = Auditor {
+        client,
+        managers: live_managers(&namespaced_managers, &cluster_managers).0,
+        serving: pulls::serving(&namespaced_managers, &cluster_managers),
+        namespaces,
+        registered: registration(client).await,
+        owners: Owners::default(),
+        findings: Vec::new(),
     };
-    let registered = registration(client).await;
-    let mut findings = Vec::new();
-    let mut owners = Owners::default();
-    for p in all(api::<Pod>(client, namespace), "Pods", page_size).await? {
+    for pod in all(api::<Pod>(client, namespace), "Pods", page_size).await? {
+        auditor.pod(&pod).await?;
+    }
+    for sa in all(
+        api::<ServiceAccount>(client, namespace),
+        "ServiceAccounts",
+        page_size,
+    )
+    .await?
+    {
+        auditor.service_account(&sa)?;
+    }
+    Ok(Audit {
+        findings: auditor.findings,
+        docker_hub: pulls::docker_hub_allowances(&namespaced_managers, &cluster_managers),
+    })
+}
+
+/// What the findings are worked out against, and the findings so far.
+struct Auditor<'c> {
+    client: &'c Client,
+    managers: Vec<Manager>,
+    /// The managers' pull findings (refused pulls attributed to a manager).
+    serving: Vec<pulls::Serving>,
+    namespaces: HashMap<String, NamespaceMeta>,
+    registered: Registration,
+    owners: Owners,
+    findings: Vec<Finding>,
+}
+
+impl Auditor<'_> {
+    fn meta(&self, namespace: &str) -> NamespaceMeta {
+        self.namespaces
+            .get(namespace)
+            .cloned()
+            .unwrap_or_else(|| NamespaceMeta::named(namespace))
+    }
+
+    /// A Pod's findings: each pull a registry refused with a credential cheiron wrote, and the
+    /// pull secrets it lacks.
+    async fn pod(&mut self, p: &Pod) -> Result<(), SourceError> {
         let ns = p.namespace().unwrap_or_default();
-        for found in pulls::refused_pulls(&p, &meta(&ns), &serving) {
+        let meta = self.meta(&ns);
+        for found in pulls::refused_pulls(p, &meta, &self.serving) {
             let (why, missing, fix) = refused_pull(&found, &ns, &p.name_any());
-            findings.push(Finding {
+            let owner = self.owners.of(self.client, p).await;
+            self.findings.push(Finding {
                 kind: "Pod",
                 namespace: ns.clone(),
                 name: p.name_any(),
-                owner: owners.of(client, &p).await,
+                owner,
                 lacking: Lacking {
                     wanted: Vec::new(),
                     missing,
@@ -109,11 +149,12 @@ pub async fn audit(
                 pull: Some(found.pull),
             });
         }
-        let object = interpret(&serde_json::to_value(&p)?, SubjectKind::Pod)?;
-        let Some(lacks) = lacking(&object, &meta(&ns), &managers) else {
-            continue;
+        let object = interpret(&serde_json::to_value(p)?, SubjectKind::Pod)?;
+        let Some(lacks) = lacking(&object, &meta, &self.managers) else {
+            return Ok(());
         };
-        let wanting: Vec<_> = managers
+        let wanting: Vec<_> = self
+            .managers
             .iter()
             .filter(|m| lacks.managers.contains(&m.id.to_string()))
             .map(|m| m.created.clone())
@@ -121,10 +162,10 @@ pub async fn audit(
         let why = why_pod(
             p.metadata.creation_timestamp.as_ref(),
             &wanting,
-            &registered,
+            &self.registered,
         );
-        let owner = owners.of(client, &p).await;
-        findings.push(Finding {
+        let owner = self.owners.of(self.client, p).await;
+        self.findings.push(Finding {
             kind: "Pod",
             fix: pod_fix(&ns, &p.name_any(), owner.as_deref()),
             namespace: ns,
@@ -135,20 +176,17 @@ pub async fn audit(
             reason: why.words(),
             pull: None,
         });
+        Ok(())
     }
-    for sa in all(
-        api::<ServiceAccount>(client, namespace),
-        "ServiceAccounts",
-        page_size,
-    )
-    .await?
-    {
+
+    /// A ServiceAccount's finding: the pull secrets it lacks, which the controller backfills.
+    fn service_account(&mut self, sa: &ServiceAccount) -> Result<(), SourceError> {
         let ns = sa.namespace().unwrap_or_default();
-        let object = interpret(&serde_json::to_value(&sa)?, SubjectKind::ServiceAccount)?;
-        let Some(lacks) = lacking(&object, &meta(&ns), &managers) else {
-            continue;
+        let object = interpret(&serde_json::to_value(sa)?, SubjectKind::ServiceAccount)?;
+        let Some(lacks) = lacking(&object, &self.meta(&ns), &self.managers) else {
+            return Ok(());
         };
-        findings.push(Finding {
+        self.findings.push(Finding {
             kind: "ServiceAccount",
             fix: "none: the controller backfills it; check the manager's Ready condition (kubectl get clusterimagepullsecretmanagers,imagepullsecretmanagers -A)".into(),
             namespace: ns,
@@ -159,11 +197,8 @@ pub async fn audit(
             reason: Why::NotBackfilled.words(),
             pull: None,
         });
+        Ok(())
     }
-    Ok(Audit {
-        findings,
-        docker_hub: pulls::docker_hub_allowances(&namespaced_managers, &cluster_managers),
-    })
 }
 
 /// Since when cheiron's webhook is registered: the oldest MutatingWebhookConfiguration holding
