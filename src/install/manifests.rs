@@ -239,6 +239,46 @@ impl Install {
                 w.component(),
             ))?);
         }
+        objects.extend(self.access(workloads, webhook_identity, controller_identity)?);
+        if let Some(providers) = &self.credential_providers {
+            objects.extend(self.credential_provider_objects(providers, controller_identity)?);
+        }
+        if let Some(fleet) = &self.fleet {
+            objects.extend(self.fleet_objects(fleet, controller_identity)?);
+        }
+        objects.push(to_value(&workload::service(self))?);
+        if workloads.contains(&Workload::Controller) {
+            objects.push(to_value(&workload::controller_service(self))?);
+        }
+        for w in workloads {
+            objects.push(to_value(&workload::deployment(self, *w))?);
+        }
+        for w in workloads {
+            objects.push(to_value(&workload::pod_disruption_budget(self, *w))?);
+        }
+        for w in workloads {
+            objects.push(to_value(&network_policy::network_policy(self, *w))?);
+        }
+        if let Some(node_agent) = &self.node_agent {
+            objects.extend(self.node_agent_objects(node_agent)?);
+        }
+        let mut registration = self.webhook_registration().configuration();
+        registration.metadata.labels = Some(self.labels("webhook"));
+        objects.push(to_value(&registration)?);
+        Ok(objects)
+    }
+
+    /// The RBAC of [`Self::server_objects_for`]: the webhook's and the controller's
+    /// ClusterRoles and the Lease's Role bound to the identities that need them, the metrics
+    /// roles with `--metrics-auth kubernetes`, and the manager roles aggregated to `admin`,
+    /// `edit` and `view`.
+    fn access(
+        &self,
+        workloads: &[Workload],
+        webhook_identity: &str,
+        controller_identity: &str,
+    ) -> Result<Vec<Value>, ManifestError> {
+        let mut objects = Vec::new();
         objects.extend(self.cluster_access(
             WEBHOOK,
             "webhook",
@@ -292,31 +332,6 @@ impl Install {
                 aggregation_rule: None,
             })?);
         }
-        if let Some(providers) = &self.credential_providers {
-            objects.extend(self.credential_provider_objects(providers, controller_identity)?);
-        }
-        if let Some(fleet) = &self.fleet {
-            objects.extend(self.fleet_objects(fleet, controller_identity)?);
-        }
-        objects.push(to_value(&workload::service(self))?);
-        if workloads.contains(&Workload::Controller) {
-            objects.push(to_value(&workload::controller_service(self))?);
-        }
-        for w in workloads {
-            objects.push(to_value(&workload::deployment(self, *w))?);
-        }
-        for w in workloads {
-            objects.push(to_value(&workload::pod_disruption_budget(self, *w))?);
-        }
-        for w in workloads {
-            objects.push(to_value(&network_policy::network_policy(self, *w))?);
-        }
-        if let Some(node_agent) = &self.node_agent {
-            objects.extend(self.node_agent_objects(node_agent)?);
-        }
-        let mut registration = self.webhook_registration().configuration();
-        registration.metadata.labels = Some(self.labels("webhook"));
-        objects.push(to_value(&registration)?);
         Ok(objects)
     }
 
