@@ -353,6 +353,81 @@ fn token_attributes(
     }
 }
 
+/// One provider of the config, checked: each problem goes to `fail` (the provider is then
+/// not used); `earlier` are the providers before it, whose names it must not repeat.
+fn provider(p: RawProvider, earlier: &[Provider], fail: &mut impl FnMut(String)) -> Provider {
+    if p.name.is_empty()
+        || p.name.contains('/')
+        || p.name.contains(' ')
+        || p.name == "."
+        || p.name == ".."
+    {
+        fail("name must be a file name: not empty, no '/' or space, not '.' or '..'".into());
+    }
+    if earlier.iter().any(|q| q.name == p.name) {
+        fail(format!("duplicate provider name {:?}", p.name));
+    }
+    if !PROVIDER_API_VERSIONS.contains(&p.api_version.as_str()) {
+        fail(format!(
+            "apiVersion must be one of {}",
+            PROVIDER_API_VERSIONS.join(", ")
+        ));
+    }
+    if p.match_images.is_empty() {
+        fail("matchImages: at least 1 item in matchImages is required".into());
+    }
+    let match_images: Vec<RegistryKey> = p
+        .match_images
+        .iter()
+        .map(|m| RegistryKey::parse(m))
+        .collect();
+    for key in &match_images {
+        if key.as_kubelet_reads().is_none() {
+            fail(format!(
+                "matchImages: {:?} is not a valid match image",
+                key.raw()
+            ));
+        }
+    }
+    let default_cache_duration = match p.default_cache_duration.as_deref() {
+        None => {
+            fail("defaultCacheDuration is required".into());
+            Duration::ZERO
+        }
+        Some(d) => duration::parse(d).unwrap_or_else(|e| {
+            fail(format!("defaultCacheDuration: {e}"));
+            Duration::ZERO
+        }),
+    };
+    let token_attributes = p
+        .token_attributes
+        .map(|t| token_attributes(t, &p.api_version, fail));
+    let mut allowed_namespaces = Vec::new();
+    for glob in p.allowed_namespaces.unwrap_or_default() {
+        match NamespaceGlob::parse(&glob) {
+            Ok(g) => allowed_namespaces.push(g),
+            Err(_) => fail(format!(
+                "allowedNamespaces: {glob:?} is not a namespace name or glob"
+            )),
+        }
+    }
+    for var in &p.env {
+        if var.name.is_empty() || var.name.contains('=') || var.name.contains('\0') {
+            fail(format!("env: {:?} is not a variable name", var.name));
+        }
+    }
+    Provider {
+        name: p.name,
+        match_images,
+        default_cache_duration,
+        api_version: p.api_version,
+        args: p.args,
+        env: p.env,
+        token_attributes,
+        allowed_namespaces,
+    }
+}
+
 fn validate(raw: RawConfig) -> Result<ProviderConfig, String> {
     let mut errors: Vec<String> = Vec::new();
     if raw.kind.as_deref() != Some("CredentialProviderConfig") {
@@ -368,79 +443,11 @@ fn validate(raw: RawConfig) -> Result<ProviderConfig, String> {
     if raw.providers.is_empty() {
         errors.push("providers: at least 1 item in plugins is required".to_owned());
     }
-    let mut providers = Vec::new();
+    let mut providers: Vec<Provider> = Vec::new();
     for (i, p) in raw.providers.into_iter().enumerate() {
         let mut fail = |m: String| errors.push(format!("providers[{i}]: {m}"));
-        if p.name.is_empty()
-            || p.name.contains('/')
-            || p.name.contains(' ')
-            || p.name == "."
-            || p.name == ".."
-        {
-            fail("name must be a file name: not empty, no '/' or space, not '.' or '..'".into());
-        }
-        if providers.iter().any(|q: &Provider| q.name == p.name) {
-            fail(format!("duplicate provider name {:?}", p.name));
-        }
-        if !PROVIDER_API_VERSIONS.contains(&p.api_version.as_str()) {
-            fail(format!(
-                "apiVersion must be one of {}",
-                PROVIDER_API_VERSIONS.join(", ")
-            ));
-        }
-        if p.match_images.is_empty() {
-            fail("matchImages: at least 1 item in matchImages is required".into());
-        }
-        let match_images: Vec<RegistryKey> = p
-            .match_images
-            .iter()
-            .map(|m| RegistryKey::parse(m))
-            .collect();
-        for key in &match_images {
-            if key.as_kubelet_reads().is_none() {
-                fail(format!(
-                    "matchImages: {:?} is not a valid match image",
-                    key.raw()
-                ));
-            }
-        }
-        let default_cache_duration = match p.default_cache_duration.as_deref() {
-            None => {
-                fail("defaultCacheDuration is required".into());
-                Duration::ZERO
-            }
-            Some(d) => duration::parse(d).unwrap_or_else(|e| {
-                fail(format!("defaultCacheDuration: {e}"));
-                Duration::ZERO
-            }),
-        };
-        let token_attributes = p
-            .token_attributes
-            .map(|t| token_attributes(t, &p.api_version, &mut fail));
-        let mut allowed_namespaces = Vec::new();
-        for glob in p.allowed_namespaces.unwrap_or_default() {
-            match NamespaceGlob::parse(&glob) {
-                Ok(g) => allowed_namespaces.push(g),
-                Err(_) => fail(format!(
-                    "allowedNamespaces: {glob:?} is not a namespace name or glob"
-                )),
-            }
-        }
-        for var in &p.env {
-            if var.name.is_empty() || var.name.contains('=') || var.name.contains('\0') {
-                fail(format!("env: {:?} is not a variable name", var.name));
-            }
-        }
-        providers.push(Provider {
-            name: p.name,
-            match_images,
-            default_cache_duration,
-            api_version: p.api_version,
-            args: p.args,
-            env: p.env,
-            token_attributes,
-            allowed_namespaces,
-        });
+        let provider = provider(p, &providers, &mut fail);
+        providers.push(provider);
     }
     if errors.is_empty() {
         Ok(ProviderConfig { providers })

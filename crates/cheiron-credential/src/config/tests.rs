@@ -50,6 +50,12 @@ providers:
     defaultCacheDuration: "-5s"
     apiVersion: credentialprovider.kubelet.k8s.io/v1beta1
     tokenAttributes: {serviceAccountTokenAudience: "", cacheType: Pod, requireServiceAccount: false, requiredServiceAccountAnnotationKeys: [a]}
+  - name: tok
+    matchImages: ["x.example.com:port"]
+    defaultCacheDuration: 1m
+    apiVersion: credentialprovider.kubelet.k8s.io/v1
+    allowedNamespaces: ["Not_A_Namespace"]
+    env: [{name: "A=B", value: s3cr3t}]
 "#;
     let error = ProviderConfig::parse(bad).err().unwrap_or_default();
     for expected in [
@@ -62,12 +68,17 @@ providers:
         "providers[1]: tokenAttributes is only supported for credentialprovider.kubelet.k8s.io/v1",
         "providers[1]: tokenAttributes: requireServiceAccount cannot be false",
         "providers[1]: tokenAttributes.cacheType must be ServiceAccount or Token",
+        "providers[2]: duplicate provider name \"tok\"",
+        "providers[2]: matchImages: \"x.example.com:port\" is not a valid match image",
+        "providers[2]: allowedNamespaces: \"Not_A_Namespace\" is not a namespace name or glob",
+        "providers[2]: env: \"A=B\" is not a variable name",
     ] {
         assert!(
             error.contains(expected),
             "{expected:?} missing from: {error}"
         );
     }
+    assert!(!error.contains("s3cr3t"), "{error}");
     let unknown = ECR.replace("args:", "argz:");
     let error = ProviderConfig::parse(&unknown).err().unwrap_or_default();
     assert!(
