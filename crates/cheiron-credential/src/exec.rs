@@ -191,23 +191,7 @@ pub async fn call(
         name: name.clone(),
         message: format!("encoding the request: {e}"),
     })?;
-    let mut command = tokio::process::Command::new(bin_dir.join(&provider.name));
-    command
-        .args(&provider.args)
-        .env_clear()
-        .envs(provider.env.iter().map(|v| (&v.name, &v.value)))
-        .current_dir(bin_dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own process group, killed whole: children it forks go with it.
-        .process_group(0)
-        .kill_on_drop(true);
-    let child = command.spawn().map_err(|e| ExecError::Spawn {
-        name: name.clone(),
-        message: e.to_string(),
-    })?;
-    let mut group = ProcessGroup(child);
+    let mut group = spawn(provider, bin_dir)?;
     let child = &mut group.0;
     let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
     let run = async {
@@ -251,11 +235,7 @@ pub async fn call(
     })?;
     let stderr = stderr_excerpt(&err);
     if !status.success() {
-        let status = match (status.code(), status.signal()) {
-            (Some(code), _) => format!("exited with status {code}"),
-            (None, Some(signal)) => format!("was killed by signal {signal}"),
-            (None, None) => "failed".to_owned(),
-        };
+        let status = describe(status);
         tracing::warn!(provider = %name, stderr = %stderr, "credential provider plugin {status}");
         return Err(ExecError::Failed { name, status });
     }
@@ -264,6 +244,37 @@ pub async fn call(
             tracing::warn!(provider = %name, stderr = %stderr, "credential provider plugin answered badly");
         }
     })
+}
+
+/// Starts `provider`'s plugin from `bin_dir` with its arguments and only its own environment,
+/// in a process group of its own, its three streams piped.
+fn spawn(provider: &Provider, bin_dir: &Path) -> Result<ProcessGroup, ExecError> {
+    let mut command = tokio::process::Command::new(bin_dir.join(&provider.name));
+    command
+        .args(&provider.args)
+        .env_clear()
+        .envs(provider.env.iter().map(|v| (&v.name, &v.value)))
+        .current_dir(bin_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, killed whole: children it forks go with it.
+        .process_group(0)
+        .kill_on_drop(true);
+    let child = command.spawn().map_err(|e| ExecError::Spawn {
+        name: provider.name.clone(),
+        message: e.to_string(),
+    })?;
+    Ok(ProcessGroup(child))
+}
+
+/// `exited with status N` or `was killed by signal N`.
+fn describe(status: std::process::ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(signal)) => format!("was killed by signal {signal}"),
+        (None, None) => "failed".to_owned(),
+    }
 }
 
 /// A running plugin, the leader of its own process group. The group is killed when the call
