@@ -10,6 +10,8 @@ use std::{
     sync::{Arc, Mutex},
 };
 
+use cheiron_core::policy::NamespaceMeta;
+use cheiron_runtime::{metrics::Metrics, runtime::events::EventPublisher};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
     Client,
@@ -22,7 +24,6 @@ use super::{
     secrets::SecretCache,
     service_accounts::{ServiceAccountCache, ServiceAccountRecord},
 };
-use crate::{metrics::Metrics, policy::NamespaceMeta, runtime::events::EventPublisher};
 
 /// One cluster a reconcile writes into.
 pub struct Cluster {

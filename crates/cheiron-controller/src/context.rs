@@ -6,18 +6,20 @@
 
 use std::{sync::Arc, time::Duration};
 
+use cheiron_core::policy::{Manager, ManagerId};
+use cheiron_credential::CredentialProviders;
+use cheiron_runtime::{metrics::Metrics, runtime::Backoff};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::Event;
 
-use super::{
-    ManagerStores, cluster::Cluster, health::Health, kinds::ManagerRef, nodes::Nodes,
-    other_clusters::OtherClusters, source_watches::SourceWatches, triggers::Triggers,
-};
 use crate::{
-    credential::CredentialProviders,
-    metrics::Metrics,
-    policy::{Manager, ManagerId},
-    runtime::Backoff,
+    cluster::Cluster,
+    health::Health,
+    kinds::{ManagerRef, ManagerStores},
+    nodes::Nodes,
+    other_clusters::OtherClusters,
+    source_watches::SourceWatches,
+    triggers::Triggers,
 };
 
 /// What the reconciles of every manager share.

@@ -3,9 +3,9 @@
 //! namespace ([`Issue`], reported in status and counted by its kind in metrics) is a plain
 //! value of the pure core (`cheiron_core::findings`).
 
+use cheiron_core::{findings::Issue, policy::InvalidManager};
+use cheiron_runtime::{api::ApiCheckError, message::api_error};
 use kube::runtime::finalizer::Error as FinalizerError;
-
-use crate::{api::ApiCheckError, findings::Issue, message::api_error, policy::InvalidManager};
 
 /// Why a reconcile or the controller failed.
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +41,7 @@ fn finalizer_message(e: &FinalizerError<ControllerError>) -> String {
 
 impl ControllerError {
     /// A short fixed name for the `error` label of `cheiron_reconcile_errors_total`, one of
-    /// [`crate::metrics::RECONCILE_ERRORS`].
+    /// [`cheiron_runtime::metrics::RECONCILE_ERRORS`].
     pub fn kind(&self) -> &'static str {
         match self {
             ControllerError::Kube(_) => "api",
@@ -62,7 +62,7 @@ mod tests {
 
     #[test]
     fn every_error_kind_has_its_series_from_the_start() {
-        use crate::findings::IssueKind;
+        use cheiron_core::findings::IssueKind;
         let cleanup = || ControllerError::Cleanup(Issue::new(IssueKind::SecretDelete, "a", "b"));
         let errors = [
             ControllerError::Kube(kube::Error::TlsRequired),
@@ -73,7 +73,7 @@ mod tests {
         ];
         for error in &errors {
             assert!(
-                crate::metrics::RECONCILE_ERRORS.contains(&error.kind()),
+                cheiron_runtime::metrics::RECONCILE_ERRORS.contains(&error.kind()),
                 "{} is not pre-registered",
                 error.kind()
             );

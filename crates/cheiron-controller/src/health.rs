@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::{content::desired::DesiredSecret, core_health::CredentialCheck, policy::ManagerId};
+use cheiron_core::{content::desired::DesiredSecret, health::CredentialCheck, policy::ManagerId};
 
 /// What credential health knows of one manager.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -14,7 +14,7 @@ pub struct HealthReport {
     /// The registry checks of its credentials.
     pub checks: Vec<CredentialCheck>,
     /// Pulls refused with its credentials lately.
-    pub pull_failures: Option<crate::api::PullFailures>,
+    pub pull_failures: Option<cheiron_runtime::api::PullFailures>,
 }
 
 /// Called with a manager whose check results changed.

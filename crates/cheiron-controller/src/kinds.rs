@@ -2,14 +2,17 @@
 
 use std::fmt::Debug;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::{Api, Client, Resource, ResourceExt, runtime::reflector::ObjectRef};
-use serde::{Serialize, de::DeserializeOwned};
-
-use crate::{
-    api::{ClusterImagePullSecretManager, ImagePullSecretManager, ManagerStatus, PullSecretEntry},
-    policy::{InvalidManager, Manager, ManagerKind},
+use cheiron_core::policy::{InvalidManager, Manager, ManagerKind, live_managers};
+use cheiron_runtime::api::{
+    ClusterImagePullSecretManager, ImagePullSecretManager, ManagerStatus, PullSecretEntry,
 };
+use futures::FutureExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    runtime::reflector::{ObjectRef, Store},
+};
+use serde::{Serialize, de::DeserializeOwned};
 
 /// A manager object of either kind.
 pub trait ManagerObject:
@@ -63,7 +66,7 @@ impl ManagerObject for ImagePullSecretManager {
     }
 
     fn verify(&self) -> bool {
-        self.spec.verify == crate::api::Verify::Registry
+        self.spec.verify == cheiron_runtime::api::Verify::Registry
     }
 
     fn current_status(&self) -> Option<&ManagerStatus> {
@@ -91,7 +94,7 @@ impl ManagerObject for ClusterImagePullSecretManager {
     }
 
     fn verify(&self) -> bool {
-        self.spec.verify == crate::api::Verify::Registry
+        self.spec.verify == cheiron_runtime::api::Verify::Registry
     }
 
     fn current_status(&self) -> Option<&ManagerStatus> {
@@ -116,8 +119,8 @@ pub enum ManagerRef {
     Cluster(ObjectRef<ClusterImagePullSecretManager>),
 }
 
-impl From<&crate::policy::ManagerId> for ManagerRef {
-    fn from(id: &crate::policy::ManagerId) -> Self {
+impl From<&cheiron_core::policy::ManagerId> for ManagerRef {
+    fn from(id: &cheiron_core::policy::ManagerId) -> Self {
         match (&id.kind, &id.namespace) {
             (ManagerKind::Namespaced, Some(ns)) => {
                 ManagerRef::Namespaced(ObjectRef::new(&id.name).within(ns))
@@ -125,5 +128,32 @@ impl From<&crate::policy::ManagerId> for ManagerRef {
             (ManagerKind::Namespaced, None) => ManagerRef::Namespaced(ObjectRef::new(&id.name)),
             (ManagerKind::Cluster, _) => ManagerRef::Cluster(ObjectRef::new(&id.name)),
         }
+    }
+}
+
+/// The managers of both kinds, as the controllers' stores hold them.
+#[derive(Clone)]
+pub struct ManagerStores {
+    pub namespaced: Store<ImagePullSecretManager>,
+    pub cluster: Store<ClusterImagePullSecretManager>,
+}
+
+impl ManagerStores {
+    /// Managers of both kinds that act (see [`live_managers`]), oldest first.
+    pub fn live(&self) -> Vec<Manager> {
+        let namespaced = self.namespaced.state();
+        let cluster = self.cluster.state();
+        live_managers(
+            namespaced.iter().map(|m| &**m),
+            cluster.iter().map(|m| &**m),
+        )
+        .0
+    }
+
+    /// True once both stores have their first list.
+    pub(crate) fn ready(&self) -> bool {
+        let namespaced = self.namespaced.wait_until_ready().now_or_never();
+        let cluster = self.cluster.wait_until_ready().now_or_never();
+        matches!((namespaced, cluster), (Some(Ok(())), Some(Ok(()))))
     }
 }

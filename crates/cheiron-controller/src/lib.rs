@@ -22,11 +22,6 @@
 //! the controller, starts the capabilities around it and hands it the seams. Dependencies inside run one way:
 //! `mod` → `reconcile` → `write` → `cluster`/`context` → `triggers`/`source_watches`.
 
-// The rooms this crate builds on, under the names the code uses.
-use cheiron_core::{admission, content, findings, health as core_health, policy};
-use cheiron_credential as credential;
-use cheiron_runtime::{admin, api, message, metrics, runtime};
-
 mod cluster;
 mod context;
 mod error;
@@ -49,9 +44,8 @@ mod write;
 
 pub use cluster::{Cluster, ClusterCaches};
 pub use error::ControllerError;
-pub use findings::{Issue, IssueKind};
 pub use health::{Health, HealthReport, OnChange};
-pub use kinds::{ManagerObject, ManagerRef};
+pub use kinds::{ManagerObject, ManagerRef, ManagerStores};
 pub use namespaces::NamespaceCache;
 pub use nodes::Nodes;
 pub use other_clusters::{CleanedUp, OtherClusters, Synced};
@@ -61,30 +55,28 @@ pub use service_accounts::ServiceAccountCache;
 pub use sync::{ClusterSync, sync_in};
 pub use triggers::{CompiledManagers, Routing, Triggers, route};
 
+pub use cheiron_core::findings::{Issue, IssueKind};
+
 use std::{sync::Arc, time::Duration};
 
-use futures::{FutureExt, StreamExt, future};
+use cheiron_credential::CredentialProviders;
+use cheiron_runtime::{
+    admin::ReadyFlag,
+    api::{ClusterImagePullSecretManager, ImagePullSecretManager, ensure_crds},
+    metrics::Metrics,
+    runtime::events::{self, EventPublisher},
+};
+use futures::{StreamExt, future};
 use kube::{
     Api, Client,
     runtime::{
-        Controller as KindController,
-        controller::Config as ControllerConfig,
-        events::Reporter,
-        reflector::{self, Store},
-        watcher,
+        Controller as KindController, controller::Config as ControllerConfig, events::Reporter,
+        reflector, watcher,
     },
 };
 use tokio_util::sync::CancellationToken;
 
 use self::{context::Context, triggers::TriggerStreams};
-use crate::{
-    admin::ReadyFlag,
-    api::{ClusterImagePullSecretManager, ImagePullSecretManager, ensure_crds},
-    credential::CredentialProviders,
-    metrics::Metrics,
-    policy::{Manager, live_managers},
-    runtime::events::{self, EventPublisher},
-};
 
 /// Settings of the controller.
 #[derive(Clone, Debug)]
@@ -107,33 +99,6 @@ impl Default for ControllerOptions {
             instance: "cheiron".to_owned(),
             max_source_watches: source_watches::DEFAULT_MAX_SOURCE_WATCHES,
         }
-    }
-}
-
-/// The managers of both kinds, as the controllers' stores hold them.
-#[derive(Clone)]
-pub struct ManagerStores {
-    pub namespaced: Store<ImagePullSecretManager>,
-    pub cluster: Store<ClusterImagePullSecretManager>,
-}
-
-impl ManagerStores {
-    /// Managers of both kinds that act (see [`live_managers`]), oldest first.
-    pub fn live(&self) -> Vec<Manager> {
-        let namespaced = self.namespaced.state();
-        let cluster = self.cluster.state();
-        live_managers(
-            namespaced.iter().map(|m| &**m),
-            cluster.iter().map(|m| &**m),
-        )
-        .0
-    }
-
-    /// True once both stores have their first list.
-    fn ready(&self) -> bool {
-        let namespaced = self.namespaced.wait_until_ready().now_or_never();
-        let cluster = self.cluster.wait_until_ready().now_or_never();
-        matches!((namespaced, cluster), (Some(Ok(())), Some(Ok(()))))
     }
 }
 

@@ -9,15 +9,15 @@ use std::{
     sync::{Arc, RwLock},
 };
 
+use cheiron_core::policy::{NamespaceMeta, Pairs};
+use cheiron_runtime::{
+    api::GROUP,
+    runtime::{Relist, Step},
+};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{ResourceExt, core::PartialObjectMeta, runtime::watcher};
 
-use crate::{
-    api::GROUP,
-    interned::Strings,
-    policy::{NamespaceMeta, Pairs},
-    runtime::{Relist, Step},
-};
+use crate::interned::Strings;
 
 /// The live namespaces, sorted by name, and which build of that list this is (a new build
 /// after every change): what was worked out from one build holds as long as it is current.

@@ -5,14 +5,13 @@
 
 use std::collections::HashMap;
 
+use cheiron_core::{
+    content::{Fetched, SourceKey},
+    findings::Issue,
+};
+use cheiron_runtime::api::ClusterImagePullSecretManager;
 use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-
-use crate::findings::Issue;
-use crate::{
-    api::ClusterImagePullSecretManager,
-    content::{Fetched, SourceKey},
-};
 
 /// Where cluster managers' credentials are handed to the node agents.
 pub trait Nodes: Send + Sync {

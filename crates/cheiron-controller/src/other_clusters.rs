@@ -5,16 +5,13 @@
 
 use std::time::Duration;
 
+use cheiron_core::{content::desired::DesiredSecret, findings::Issue};
+use cheiron_runtime::api::{ClusterImagePullSecretManager, ClusterStatus};
 use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::runtime::events::Event;
 
 use super::pull_entries::ServiceAccountReport;
-use crate::findings::Issue;
-use crate::{
-    api::{ClusterImagePullSecretManager, ClusterStatus},
-    content::desired::DesiredSecret,
-};
 
 /// What a sync of one manager into the other clusters found.
 #[derive(Default)]

@@ -18,21 +18,20 @@ use std::{
     sync::Arc,
 };
 
-use k8s_openapi::{
-    ByteString,
-    api::core::v1::Secret,
-    apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, OwnerReference},
-};
-use kube::core::PartialObjectMeta;
-
-use crate::{
-    api::{GROUP, annotation, label},
+use cheiron_core::{
     content::{
         desired::DesiredSecret,
         dockerconfig::{DOCKER_CONFIG_JSON, DOCKER_CONFIG_JSON_KEY},
     },
     policy::{Manager, ManagerId, ManagerKind, NamespaceMeta, namespace_opted_out},
 };
+use cheiron_runtime::api::{GROUP, annotation, label};
+use k8s_openapi::{
+    ByteString,
+    api::core::v1::Secret,
+    apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, OwnerReference},
+};
+use kube::core::PartialObjectMeta;
 
 /// The labels on every Secret cheiron writes for `manager`.
 pub fn owner_labels(manager: &ManagerId) -> BTreeMap<String, String> {
@@ -53,7 +52,7 @@ pub fn owner_labels(manager: &ManagerId) -> BTreeMap<String, String> {
     labels
 }
 
-pub use crate::api::FIELD_MANAGER;
+pub use cheiron_runtime::api::FIELD_MANAGER;
 
 /// A Secret's metadata without its data, as a metadata watch or GET returns it.
 pub type SecretMeta = PartialObjectMeta<Secret>;
@@ -378,7 +377,7 @@ pub fn holds_exactly(secret: &Secret, content: &[u8]) -> bool {
 /// True when `manager` acts on `namespace`: in scope, not opted out.
 pub fn acts_on(manager: &Manager, namespace: &NamespaceMeta) -> bool {
     // A manager in mode Node acts on nodes, through `cheiron node-agent`: no namespace.
-    manager.mode != crate::api::Mode::Node
+    manager.mode != cheiron_runtime::api::Mode::Node
         && manager.scope.contains(namespace)
         && !namespace_opted_out(namespace)
 }

@@ -5,17 +5,16 @@
 //! Computed from the cache's [`ServiceAccountRecord`]s; the common answer ("nothing to do") is
 //! found without building anything.
 
-use json_patch::{Patch, PatchOperation, RemoveOperation, TestOperation, jsonptr::PointerBuf};
-use serde_json::Value;
-
-use kube::runtime::events::{Event, EventType};
-
-use super::service_accounts::ServiceAccountRecord;
-use crate::{
+use cheiron_core::{
     admission::build_patch,
-    api::{Mode, annotation},
     policy::{Decision, Manager, NamespaceMeta, decide, namespace_opted_out},
 };
+use cheiron_runtime::api::{Mode, annotation};
+use json_patch::{Patch, PatchOperation, RemoveOperation, TestOperation, jsonptr::PointerBuf};
+use kube::runtime::events::{Event, EventType};
+use serde_json::Value;
+
+use super::service_accounts::ServiceAccountRecord;
 
 fn precondition(sa: &ServiceAccountRecord) -> PatchOperation {
     PatchOperation::Test(TestOperation {
@@ -198,10 +197,10 @@ impl ServiceAccountReport {
 mod tests {
     use std::collections::BTreeMap;
 
+    use cheiron_runtime::api::ImagePullSecretManager;
     use k8s_openapi::api::core::v1::{LocalObjectReference, ServiceAccount};
 
     use super::*;
-    use crate::api::ImagePullSecretManager;
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
 

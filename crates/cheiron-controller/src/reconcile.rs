@@ -7,6 +7,19 @@ use std::{
     time::{Duration, Instant},
 };
 
+use cheiron_core::{
+    content::{
+        desired::{self, SourceKey, source_key},
+        registries::pull_secret_registries,
+    },
+    findings::{self as status, Findings},
+    health as core_health,
+};
+use cheiron_credential as credential;
+use cheiron_runtime::{
+    api::{FINALIZER, reason},
+    runtime::retry_delay,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
     ResourceExt,
@@ -19,7 +32,7 @@ use kube::{
 };
 use serde_json::json;
 
-use super::{
+use crate::{
     context::Context,
     error::ControllerError,
     kinds::ManagerObject,
@@ -28,16 +41,6 @@ use super::{
     pull_entries::ServiceAccountReport,
     sync::{sync_in, synced_namespaces},
     write::fetch_sources,
-};
-use crate::{
-    api::{FINALIZER, reason},
-    content::{
-        desired::{self, SourceKey, source_key},
-        registries::pull_secret_registries,
-    },
-    core_health, credential,
-    findings::{self as status, Findings},
-    runtime::retry_delay,
 };
 
 /// Requeue while a name is held by a Secret cheiron does not manage: its deletion is not
@@ -223,7 +226,7 @@ async fn apply<K: ManagerObject>(manager: &K, ctx: &Context) -> Result<Action, C
         credentials,
         checks: health.checks,
         pull_failures: health.pull_failures,
-        pod_mode_in_workloads: compiled.mode == crate::api::Mode::Pod,
+        pod_mode_in_workloads: compiled.mode == cheiron_runtime::api::Mode::Pod,
         clusters,
     };
     let mut findings = findings;
@@ -312,7 +315,7 @@ async fn write_status<K: ManagerObject>(
     // The node fields are written apart (node/status.rs); a merge patch of this
     // reconcile's copy, older maybe, would undo those writes.
     if let Some(status) = patch.get_mut("status").and_then(|s| s.as_object_mut()) {
-        for field in crate::api::NODE_STATUS_FIELDS {
+        for field in cheiron_runtime::api::NODE_STATUS_FIELDS {
             status.remove(field);
         }
     }
@@ -366,10 +369,10 @@ async fn write_status<K: ManagerObject>(
 async fn publish_check_change<K: ManagerObject>(
     manager: &K,
     ctx: &Context,
-    previous: Option<&crate::api::ManagerStatus>,
-    next: &crate::api::ManagerStatus,
+    previous: Option<&cheiron_runtime::api::ManagerStatus>,
+    next: &cheiron_runtime::api::ManagerStatus,
 ) {
-    let condition = |s: Option<&crate::api::ManagerStatus>| {
+    let condition = |s: Option<&cheiron_runtime::api::ManagerStatus>| {
         s.and_then(|s| {
             s.conditions
                 .iter()

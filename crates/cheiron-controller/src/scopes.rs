@@ -9,8 +9,9 @@
 
 use std::{collections::HashMap, sync::Mutex};
 
+use cheiron_core::policy::{Manager, ManagerId, NamespaceMeta};
+
 use super::{namespaces::LiveNamespaces, plan};
-use crate::policy::{Manager, ManagerId, NamespaceMeta};
 
 /// The namespaces of one build of the live list that a manager acts on.
 #[derive(Debug, PartialEq, Eq)]
@@ -128,11 +129,12 @@ impl Scopes {
 
 #[cfg(test)]
 mod tests {
+    use cheiron_runtime::api::ClusterImagePullSecretManager;
     use k8s_openapi::api::core::v1::Namespace;
     use kube::{core::PartialObjectMeta, runtime::watcher};
 
     use super::*;
-    use crate::{api::ClusterImagePullSecretManager, namespaces::NamespaceCache};
+    use crate::namespaces::NamespaceCache;
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -20,6 +20,11 @@ use std::{
     sync::{Arc, RwLock},
 };
 
+use cheiron_core::policy::{ManagerId, ManagerKind};
+use cheiron_runtime::{
+    api::{annotation, label},
+    runtime::{Relist, Step},
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     ManagedFieldsEntry, ObjectMeta, OwnerReference,
 };
@@ -30,11 +35,6 @@ use super::{
     plan::{
         SecretMeta, SecretMetadata, is_managed, keep_data_owners, labelled_owner, written_by_others,
     },
-};
-use crate::{
-    api::{annotation, label},
-    policy::{ManagerId, ManagerKind},
-    runtime::{Relist, Step},
 };
 
 /// An owner reference, its strings shared.
@@ -140,7 +140,7 @@ impl SecretRecord {
                 .map(|o| Owner {
                     cheiron: o
                         .api_version
-                        .strip_prefix(crate::api::GROUP)
+                        .strip_prefix(cheiron_runtime::api::GROUP)
                         .is_some_and(|version| version.starts_with('/')),
                     api_version: strings.share(&o.api_version),
                     kind: strings.share(&o.kind),

@@ -13,16 +13,18 @@ use std::{
     sync::{Arc, RwLock},
 };
 
+use cheiron_core::{
+    admission::Interpreted,
+    policy::{SubjectKind, opts_out},
+};
+use cheiron_runtime::{
+    api::annotation,
+    runtime::{Relist, Step},
+};
 use k8s_openapi::api::core::v1::{ObjectReference, ServiceAccount};
 use kube::{ResourceExt, runtime::watcher};
 
 use super::interned::Strings;
-use crate::{
-    admission::Interpreted,
-    api::annotation,
-    policy::{SubjectKind, opts_out},
-    runtime::{Relist, Step},
-};
 
 /// The annotation keys a record keeps: the only ServiceAccount annotations cheiron reads or
 /// writes are its own.

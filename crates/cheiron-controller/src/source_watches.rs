@@ -7,6 +7,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
+use cheiron_core::{content::SourceKey, policy::ManagerId};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
@@ -17,7 +18,6 @@ use kube::{
 use tokio::task::AbortHandle;
 
 use super::{kinds::ManagerRef, triggers::Triggers};
-use crate::{content::SourceKey, policy::ManagerId};
 
 /// The default of `--max-source-watches`.
 pub const DEFAULT_MAX_SOURCE_WATCHES: usize = 500;
@@ -153,7 +153,7 @@ async fn watch_source(
             }
             Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
             Err(e) => {
-                tracing::warn!(source = %format!("{namespace}/{name}"), error = %crate::message::watch_error(&e), "source watch failed; retrying")
+                tracing::warn!(source = %format!("{namespace}/{name}"), error = %cheiron_runtime::message::watch_error(&e), "source watch failed; retrying")
             }
         }
     }
@@ -161,8 +161,10 @@ async fn watch_source(
 
 #[cfg(test)]
 mod tests {
+    use cheiron_core::policy::ManagerKind;
+    use cheiron_runtime::runtime::fake_api::FakeApi;
+
     use super::*;
-    use crate::{policy::ManagerKind, runtime::fake_api::FakeApi};
 
     fn manager(name: &str) -> ManagerId {
         ManagerId {

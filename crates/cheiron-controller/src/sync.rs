@@ -5,6 +5,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use cheiron_core::{
+    content::desired::DesiredSecret,
+    findings::{Issue, IssueKind},
+    policy::Manager,
+};
+use cheiron_runtime::api::Mode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use super::{
@@ -12,12 +18,6 @@ use super::{
     plan,
     pull_entries::ServiceAccountReport,
     write::{backfill, check_copies, prune, remove, write_secrets},
-};
-use crate::{
-    api::Mode,
-    content::desired::DesiredSecret,
-    findings::{Issue, IssueKind},
-    policy::Manager,
 };
 
 /// What one cluster's sync did: its plan (what was written is gone from it) and what could

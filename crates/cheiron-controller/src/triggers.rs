@@ -9,6 +9,10 @@ use std::{
     sync::{Arc, Mutex},
 };
 
+use cheiron_core::policy::{Manager, ManagerId, ManagerIndex, NamespaceMeta, live_managers};
+use cheiron_runtime::api::{
+    ClusterImagePullSecretManager, ImagePullSecretManager, Mode, annotation, label,
+};
 use futures::{StreamExt, channel::mpsc, future};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::{
@@ -28,10 +32,6 @@ use super::{
     pull_entries,
     secrets::SecretCache,
     service_accounts::{ServiceAccountCache, ServiceAccountRecord},
-};
-use crate::{
-    api::{ClusterImagePullSecretManager, ImagePullSecretManager, Mode, annotation, label},
-    policy::{Manager, ManagerId, ManagerIndex, NamespaceMeta, live_managers},
 };
 
 /// Senders into the two controllers' `reconcile_on` streams.
@@ -287,9 +287,9 @@ impl Routing {
 }
 
 /// How the controller's own watches' errors are logged: the apiserver's message and code
-/// ([`crate::message::watch_error`]).
+/// ([`cheiron_runtime::message::watch_error`]).
 pub fn trusted_error(e: &watcher::Error) -> String {
-    crate::message::watch_error(e)
+    cheiron_runtime::message::watch_error(e)
 }
 
 /// Watches Namespaces (metadata only), cheiron's own Secrets (label selector) and

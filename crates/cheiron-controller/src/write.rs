@@ -9,6 +9,12 @@ use std::{
     time::Duration,
 };
 
+use cheiron_core::{
+    content::{Fetched, SourceKey, desired::DesiredSecret},
+    findings::{Issue, IssueKind},
+    policy::{Manager, ManagerId, NamespaceMeta},
+};
+use cheiron_runtime::message::api_error;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::{
@@ -22,12 +28,6 @@ use super::{
     plan::{self, Check, FIELD_MANAGER, Stale, is_managed},
     pull_entries::{self, ServiceAccountReport},
     service_accounts::ServiceAccountRecord,
-};
-use crate::{
-    content::{Fetched, SourceKey, desired::DesiredSecret},
-    findings::{Issue, IssueKind},
-    message::api_error,
-    policy::{Manager, ManagerId, NamespaceMeta},
 };
 
 /// Writes in flight at once within one reconcile.
@@ -449,7 +449,9 @@ pub(super) async fn prune(
     // In its target namespaces (in scope, not opted out), a manager in mode ServiceAccount
     // that selects every ServiceAccount wants all its names on all of them: nothing of its
     // can be left behind there. The usual case, and the whole of a resync's prune.
-    if manager.mode == crate::api::Mode::ServiceAccount && manager.selects_every_service_account() {
+    if manager.mode == cheiron_runtime::api::Mode::ServiceAccount
+        && manager.selects_every_service_account()
+    {
         return Vec::new();
     }
     let names = manager.secret_names();

@@ -9,10 +9,10 @@ use std::{
     time::Duration,
 };
 
+use cheiron_core::{policy::NamespaceGlob, registry::RegistryKey};
 use serde::Deserialize;
 
 use super::duration;
-use crate::{policy::NamespaceGlob, registry::RegistryKey};
 
 /// The config API versions the kubelet reads.
 pub const CONFIG_API_VERSIONS: [&str; 3] = [
@@ -158,7 +158,7 @@ pub struct Provider {
 
 impl Provider {
     /// True when the provider serves `image` (the kubelet's `isImageAllowed`).
-    pub fn matches(&self, image: &crate::registry::ImageRef) -> bool {
+    pub fn matches(&self, image: &cheiron_core::registry::ImageRef) -> bool {
         self.match_images.iter().any(|k| k.matches(image))
     }
 
@@ -246,26 +246,26 @@ impl ProviderConfig {
     /// Parses and validates one file's text (YAML or JSON). The error names every rule broken,
     /// `; `-separated, never a value of `env`.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let documents = crate::yaml::documents(text);
+        let documents = cheiron_runtime::yaml::documents(text);
         let value = match documents.as_slice() {
             [] => return Err("empty".to_owned()),
             [one] => match &one.content {
                 Ok(v) => v.clone(),
-                Err(e) => return Err(crate::message::without_values(&e.to_string())),
+                Err(e) => return Err(cheiron_runtime::message::without_values(&e.to_string())),
             },
             _ => return Err("holds several YAML documents; write one".to_owned()),
         };
         let raw: RawConfig = serde_json::from_value(value).map_err(|e| {
             format!(
                 "not a CredentialProviderConfig: {}",
-                crate::message::without_values(&e.to_string())
+                cheiron_runtime::message::without_values(&e.to_string())
             )
         })?;
         validate(raw)
     }
 
     /// The first provider that serves `image`, as the kubelet would try them.
-    pub fn provider_for(&self, image: &crate::registry::ImageRef) -> Option<&Provider> {
+    pub fn provider_for(&self, image: &cheiron_core::registry::ImageRef) -> Option<&Provider> {
         self.providers.iter().find(|p| p.matches(image))
     }
 }

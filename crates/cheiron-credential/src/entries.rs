@@ -2,22 +2,22 @@
 //! ([`resolve`]): each entry's shared credential ([`CredentialProviders::lookup`]) turned into
 //! the docker config the entry writes,
 //! every returned pattern a registry key as cheiron writes keys
-//! ([`crate::registry::canonical_key`]). What the room refuses or cannot provide becomes a
+//! ([`cheiron_core::registry::canonical_key`]). What the room refuses or cannot provide becomes a
 //! [`Problem`]; the copies already written are then kept. Never waits for a plugin: a
 //! credential not fetched yet is a pending problem, rechecked after [`PENDING_RECHECK`] unless
 //! its answer triggers the reconcile first.
 
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
-use crate::{
-    Credential, CredentialProviders, Key, Lookup, Wanted,
+use cheiron_core::{
     api::{CredentialStatus, PullSecretEntry, reason},
     content::{DockerConfig, Problem, Provided},
     policy::ManagerId,
     registry::canonical_key,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::{Credential, CredentialProviders, Key, Lookup, Wanted};
 
 /// A manager waiting for a plugin's first answer is reconciled again after this, should the
 /// answer's own trigger be lost.

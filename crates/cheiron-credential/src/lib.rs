@@ -22,10 +22,6 @@
 //! triggers the managers' reconciles. A plugin's answer is never logged, evented or put in a
 //! status: errors describe structure, never stdout, and never stderr (logged only).
 
-// The rooms this crate builds on, under the names the code uses.
-use cheiron_core::{api, content, policy, registry};
-use cheiron_runtime::{message, metrics, yaml};
-
 pub mod config;
 pub mod duration;
 pub mod entries;
@@ -50,11 +46,11 @@ pub use refresh::{
     FIRST_RETRY, MAX_RETRY, MIN_REFRESH, NO_CACHE_REFRESH, REFRESH_FRACTION, RefreshPolicy,
 };
 
-use crate::{
-    metrics::Metrics,
+use cheiron_core::{
     policy::{ManagerId, ManagerKind},
     registry::ImageRef,
 };
+use cheiron_runtime::metrics::Metrics;
 
 /// What a manager entry asks of the providers.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -13,8 +13,9 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use cheiron_core::policy::ManagerId;
+
 use super::{Credential, CredentialProviders, Inner, Key, Lookup, Provider, exec, seconds, token};
-use crate::policy::ManagerId;
 
 /// A credential is refreshed after this fraction of its life.
 pub const REFRESH_FRACTION: f64 = 0.5;

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use cheiron_runtime::message::api_error;
 use k8s_openapi::api::{
     authentication::v1::{TokenRequest, TokenRequestSpec},
     core::v1::ServiceAccount,
@@ -16,7 +17,6 @@ use kube::{
 };
 
 use super::config::TokenAttributes;
-use crate::message::api_error;
 
 /// Lifetime asked for each token: the apiserver's minimum (it is used once, at once).
 pub const TOKEN_EXPIRATION_SECONDS: i64 = 600;

@@ -5,6 +5,10 @@
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
+use cheiron_runtime::{
+    api::fleet::{CAPI_GROUP, CLUSTER_NAME_LABEL},
+    message,
+};
 use futures::StreamExt;
 use k8s_openapi::{
     api::core::v1::Secret,
@@ -20,9 +24,7 @@ use kube::{
 
 use crate::{
     CAPI_CLUSTERS_CRD, Fleet,
-    api::fleet::{CAPI_GROUP, CLUSTER_NAME_LABEL},
     members::{CapiCluster, member_name},
-    message,
 };
 
 impl Fleet {

@@ -101,8 +101,8 @@ pub(super) fn error_line(e: &kube::Error) -> String {
                 )
             }),
         other => {
-            let mut line = crate::message::without_values(&other.to_string());
-            crate::message::truncate(&mut line, MAX_ERROR_LINE);
+            let mut line = cheiron_runtime::message::without_values(&other.to_string());
+            cheiron_runtime::message::truncate(&mut line, MAX_ERROR_LINE);
             line
         }
     }

@@ -4,9 +4,8 @@
 
 use std::time::Duration;
 
+use cheiron_runtime::api::fleet::KUBECONFIG_KEY;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-
-use crate::api::fleet::KUBECONFIG_KEY;
 
 /// How long the connection to a workload cluster may take before it counts as unreachable.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -7,9 +7,9 @@
 //! metadata only; a Secret's data is read once per `resourceVersion`, so a rotated kubeconfig
 //! is picked up without a restart. Each cluster gets one client and one set of the watches
 //! the controller keeps here (Namespaces and cheiron's Secrets as metadata, ServiceAccounts),
-//! filling caches of its own, and a [`Cluster`](crate::controller::Cluster) over them: the
+//! filling caches of its own, and a [`Cluster`](cheiron_controller::Cluster) over them: the
 //! reconcile of a manager runs the very same planning and writes against it
-//! ([`crate::controller::sync_in`]). A Cluster API `Cluster` (when its CRD is served) decides
+//! ([`cheiron_controller::sync_in`]). A Cluster API `Cluster` (when its CRD is served) decides
 //! with its labels whether a cluster is selected, and one being deleted is released: cheiron
 //! stops acting there without cleaning up.
 //!
@@ -26,11 +26,6 @@
 //! decides which are worth a connection, `kubeconfig.rs` vets a kubeconfig, `workload.rs`
 //! connects to one, `sync.rs` runs a manager's reconcile in each; this file holds them together.
 
-// The rooms this crate builds on, under the names the code uses.
-use cheiron_controller as controller;
-use cheiron_core::{content, policy};
-use cheiron_runtime::{api, message, metrics, runtime};
-
 mod enrolment;
 mod guard;
 mod kubeconfig;
@@ -45,6 +40,13 @@ use std::{
     time::Duration,
 };
 
+use cheiron_controller::{ManagerRef, Triggers};
+use cheiron_core::policy::Manager;
+use cheiron_runtime::{
+    api::{ClusterImagePullSecretManager, fleet::KUBECONFIG_SUFFIX},
+    metrics::Metrics,
+    runtime::Backoff,
+};
 use futures::future;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
@@ -57,12 +59,7 @@ use kube::{
 };
 
 use crate::{
-    api::{ClusterImagePullSecretManager, fleet::KUBECONFIG_SUFFIX},
-    controller::{ManagerRef, Triggers},
     members::{Health, State, cluster_selector, is_transition, wanted, within_cap},
-    metrics::Metrics,
-    policy::Manager,
-    runtime::Backoff,
     workload::Workload,
 };
 
@@ -272,7 +269,7 @@ impl Fleet {
                 Ok(secret) => self.connect(&name, &secret).await.map(Arc::new),
                 Err(e) => Err(format!(
                     "reading its kubeconfig Secret {secret_name}: {}",
-                    crate::message::api_error(&e)
+                    cheiron_runtime::message::api_error(&e)
                 )),
             };
             if let Err(why) = &workload {

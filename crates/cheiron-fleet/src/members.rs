@@ -7,18 +7,16 @@ use std::{
     sync::Arc,
 };
 
+use cheiron_runtime::api::{
+    ClusterImagePullSecretManager,
+    fleet::{CLUSTER_NAME_LABEL, KUBECONFIG_SUFFIX},
+};
 use kube::{
     ResourceExt,
     core::{Selector, SelectorExt},
 };
 
-use crate::{
-    api::{
-        ClusterImagePullSecretManager,
-        fleet::{CLUSTER_NAME_LABEL, KUBECONFIG_SUFFIX},
-    },
-    workload::Workload,
-};
+use crate::workload::Workload;
 
 /// How a manager last stood in a workload cluster, for the Events about it: one per change,
 /// never one per retry.

@@ -5,6 +5,15 @@
 
 use std::collections::BTreeSet;
 
+use cheiron_controller::{
+    CleanedUp, Issue, IssueKind, ManagerObject, OtherClusters, ServiceAccountReport, Synced,
+    sync_in,
+};
+use cheiron_core::{content::desired::DesiredSecret, policy::Manager};
+use cheiron_runtime::{
+    api::{ClusterImagePullSecretManager, ClusterStatus},
+    runtime::retry_delay,
+};
 use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
@@ -12,19 +21,7 @@ use kube::{
     runtime::events::{Event, EventType},
 };
 
-use crate::{
-    Fleet, Role,
-    api::{ClusterImagePullSecretManager, ClusterStatus},
-    content::desired::DesiredSecret,
-    controller::{
-        CleanedUp, Issue, IssueKind, ManagerObject, OtherClusters, ServiceAccountReport, Synced,
-        sync_in,
-    },
-    members::Health,
-    policy::Manager,
-    runtime::retry_delay,
-    workload::Workload,
-};
+use crate::{Fleet, Role, members::Health, workload::Workload};
 
 /// Why a workload cluster is not in step: its kind decides the cluster's health (and so the
 /// Events), its message is what `status.clusters` says.
@@ -78,7 +75,7 @@ impl OtherClusters for Fleet {
 /// copies (the manager lives in the management cluster, not there).
 fn workload_owner(owner: &OwnerReference) -> OwnerReference {
     let mut owner = owner.clone();
-    owner.api_version = format!("{}/{}", crate::api::GROUP, WORKLOAD_OWNER_VERSION);
+    owner.api_version = format!("{}/{}", cheiron_runtime::api::GROUP, WORKLOAD_OWNER_VERSION);
     owner
 }
 

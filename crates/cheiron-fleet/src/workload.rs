@@ -2,22 +2,19 @@
 //! kubeconfig, the controller's caches and watches over it, and the [`Cluster`] a reconcile
 //! writes through.
 
+use cheiron_controller::{
+    Cluster, ClusterCaches, CompiledManagers, NamespaceCache, Routing, SecretCache,
+    ServiceAccountCache,
+};
+use cheiron_runtime::{
+    api::fleet::KUBECONFIG_KEY,
+    runtime::events::{self, EventPublisher},
+};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Client, runtime::reflector};
 use tokio::task::AbortHandle;
 
-use crate::{
-    Fleet,
-    api::fleet::KUBECONFIG_KEY,
-    controller::{
-        Cluster, ClusterCaches, CompiledManagers, NamespaceCache, Routing, SecretCache,
-        ServiceAccountCache,
-    },
-    guard,
-    kubeconfig::client_config,
-    pages,
-    runtime::events::{self, EventPublisher},
-};
+use crate::{Fleet, guard, kubeconfig::client_config, pages};
 
 /// One connected workload cluster: its client, caches and watches, as a [`Cluster`].
 pub(crate) struct Workload {
@@ -93,7 +90,7 @@ impl Fleet {
             events::MAX_CACHED_EVENTS,
         );
         let cluster = Cluster::new(client.clone(), caches, recorder, self.metrics.clone());
-        let routing = tokio::spawn(crate::controller::route(client, routing)).abort_handle();
+        let routing = tokio::spawn(cheiron_controller::route(client, routing)).abort_handle();
         Workload {
             name: name.to_owned(),
             cluster,

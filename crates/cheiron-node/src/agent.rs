@@ -23,6 +23,7 @@ use std::{
     time::Duration,
 };
 
+use cheiron_runtime::{api::label, message};
 use futures::StreamExt;
 use k8s_openapi::{
     api::{
@@ -52,7 +53,6 @@ use super::{
         REPORT_LABEL, REPORT_LABEL_VALUE,
     },
 };
-use crate::{api::label, message};
 
 /// Default of `--resync`: how often the node's files are written again without a watch event
 /// (a file changed by hand is put back within this time; a rotation comes through the watch).
@@ -337,7 +337,7 @@ pub async fn run(
     client: Client,
     config: AgentConfig,
     metrics: NodeMetrics,
-    ready: Arc<crate::admin::ReadyFlag>,
+    ready: Arc<cheiron_runtime::admin::ReadyFlag>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let changed = Arc::new(Notify::new());

@@ -33,6 +33,7 @@
 
 use std::{fmt, io, path::Path};
 
+use cheiron_core::registry::RegistryKey;
 use serde::{
     Deserialize, Deserializer, Serialize,
     de::{MapAccess, Visitor},
@@ -40,7 +41,6 @@ use serde::{
 use serde_json::value::RawValue;
 
 use super::atomic::{self, PRIVATE_MODE};
-use crate::registry::RegistryKey;
 
 /// How many writes a [`MergeState`] remembers: the last one and the one before.
 const REMEMBERED_WRITES: usize = 2;

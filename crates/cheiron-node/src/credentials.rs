@@ -6,11 +6,9 @@
 use std::collections::BTreeMap;
 
 use base64::{Engine, engine::general_purpose::STANDARD};
+pub use cheiron_core::content::logins::Login;
+use cheiron_core::registry::{ImageRef, RegistryKey, offered_for};
 use serde::{Deserialize, Serialize};
-
-use crate::registry::{ImageRef, RegistryKey, offered_for};
-
-pub use crate::content::logins::Login;
 
 /// The credentials of one node, by registry key.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -58,7 +56,7 @@ impl NodeCredentials {
     /// Reads a docker config (`{"auths": ...}`): each entry's `username` and `password`, or
     /// its `auth` (base64 of `username:password`) when they are absent.
     pub fn parse(bytes: &[u8]) -> Result<Self, InvalidCredentials> {
-        crate::content::logins::logins(bytes)
+        cheiron_core::content::logins::logins(bytes)
             .map(Self::new)
             .map_err(|e| InvalidCredentials(e.0))
     }
@@ -97,7 +95,7 @@ impl NodeCredentials {
     }
 
     /// The logins the kubelet's keyring would offer for `image`, in its order
-    /// ([`crate::registry::offered_for`]).
+    /// ([`cheiron_core::registry::offered_for`]).
     pub fn for_image(&self, image: &ImageRef) -> Vec<&Login> {
         let keys: Vec<RegistryKey> = self
             .logins

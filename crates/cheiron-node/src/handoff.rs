@@ -17,17 +17,17 @@
 
 use std::collections::HashMap;
 
+use cheiron_controller::{Issue, IssueKind, Nodes};
+use cheiron_core::content::{Fetched, Provided, SourceKey, desired_with};
+use cheiron_runtime::{
+    api::{ClusterImagePullSecretManager, Mode},
+    message,
+};
 use futures::{FutureExt, future::BoxFuture};
 use k8s_openapi::{api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::OwnerReference};
 use kube::{Api, Client, ResourceExt, api::PostParams};
 
 use super::bundle::{Bundle, BundleMeta, MAX_PROBLEM, bundle_name};
-use crate::{
-    api::{ClusterImagePullSecretManager, Mode},
-    content::{Fetched, Provided, SourceKey, desired_with},
-    controller::{Issue, IssueKind, Nodes},
-    message,
-};
 
 /// The bundles of the node namespace: the controller's hand-off to the node agents.
 pub struct Handoff {
@@ -209,10 +209,10 @@ fn wants_bundle(manager: &ClusterImagePullSecretManager) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use cheiron_runtime::api::{ClusterImagePullSecretManagerSpec, PullSecretEntry};
     use k8s_openapi::{ByteString, api::core::v1::Secret as CoreSecret};
 
     use super::*;
-    use crate::api::{ClusterImagePullSecretManagerSpec, PullSecretEntry};
 
     fn manager(sources: &[(&str, &str)]) -> ClusterImagePullSecretManager {
         let secrets: Vec<PullSecretEntry> = sources
@@ -294,7 +294,7 @@ mod tests {
         let mut secret = CoreSecret::default();
         assert!(!owned_by(&secret, "u-1"));
         secret.metadata.owner_references =
-            Some(vec![crate::controller::ManagerObject::owner_reference(
+            Some(vec![cheiron_controller::ManagerObject::owner_reference(
                 &manager(&[]),
             )]);
         assert!(owned_by(&secret, "u-1"));

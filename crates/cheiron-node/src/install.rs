@@ -130,8 +130,10 @@ fn create_directory(dir: &Path, flag: &str) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use cheiron_core::registry::ImageRef;
+    use cheiron_credential::ProviderConfig;
+
     use super::*;
-    use crate::{credential::ProviderConfig, registry::ImageRef};
 
     fn install(dir: &std::path::Path) -> Install {
         Install {

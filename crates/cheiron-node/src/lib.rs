@@ -20,12 +20,6 @@
 //! - [`status`]: the node status of mode Node managers, kept by the controller from the
 //!   reports, and the clean-up of stale bundles.
 
-// The rooms this crate builds on, under the names the code uses.
-use cheiron_controller as controller;
-use cheiron_core::{content, registry};
-use cheiron_credential as credential;
-use cheiron_runtime::{admin, api, message};
-
 pub mod agent;
 pub mod atomic;
 pub mod bundle;

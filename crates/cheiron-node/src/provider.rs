@@ -2,19 +2,17 @@
 //! (`credentialprovider.kubelet.k8s.io/v1`, docs/node.md), answered from the node-local
 //! credentials file ([`super::credentials`]). The kubelet writes one `CredentialProviderRequest`
 //! on stdin; the answer is one `CredentialProviderResponse` on stdout with the credentials the
-//! kubelet's own keyring would offer for the image ([`crate::registry::offered_for`]), cache key
+//! kubelet's own keyring would offer for the image ([`cheiron_core::registry::offered_for`]), cache key
 //! type `Image` and a short `cacheDuration`, so a rotated or removed credential is seen within
 //! that time without restarting the kubelet. The wire types are the ones cheiron uses to call
-//! plugins ([`crate::credential::exec`]).
+//! plugins ([`cheiron_credential::exec`]).
 
 use std::{collections::BTreeMap, time::Duration};
 
-use crate::{
-    credential::{
-        config::PROVIDER_API_VERSIONS,
-        exec::{AuthConfig, WireRequest, WireResponse},
-    },
-    registry::ImageRef,
+use cheiron_core::registry::ImageRef;
+use cheiron_credential::{
+    config::PROVIDER_API_VERSIONS,
+    exec::{AuthConfig, WireRequest, WireResponse},
 };
 
 use super::credentials::NodeCredentials;

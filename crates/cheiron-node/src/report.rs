@@ -16,13 +16,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use cheiron_runtime::api::{ClusterImagePullSecretManager, Mode, NodeStatus};
 use kube::{
     ResourceExt,
     core::{Selector, SelectorExt},
 };
 use serde::{Deserialize, Serialize};
-
-use crate::api::{ClusterImagePullSecretManager, Mode, NodeStatus};
 
 /// Longest `status.nodes[].message` (an agent's message is cut to it before it reports).
 pub const MAX_NODE_MESSAGE: usize = 512;
@@ -169,7 +168,7 @@ pub fn summarize<'a>(
                 .cloned()
                 .collect(),
             message: message.map(|mut m| {
-                crate::message::truncate(&mut m, MAX_NODE_MESSAGE);
+                cheiron_runtime::message::truncate(&mut m, MAX_NODE_MESSAGE);
                 m
             }),
         };
@@ -192,10 +191,10 @@ pub fn summarize<'a>(
 
 #[cfg(test)]
 mod tests {
+    use cheiron_runtime::api::ClusterImagePullSecretManagerSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
     use super::*;
-    use crate::api::ClusterImagePullSecretManagerSpec;
 
     fn manager(pool: &str, generation: i64) -> ClusterImagePullSecretManager {
         let mut m = ClusterImagePullSecretManager::new(

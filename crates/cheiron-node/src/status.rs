@@ -26,6 +26,10 @@ use std::{
     time::{Duration, Instant},
 };
 
+use cheiron_runtime::{
+    api::{ClusterImagePullSecretManager, FIELD_MANAGER, Mode, NODE_STATUS_FIELDS},
+    message,
+};
 use futures::{StreamExt, stream::BoxStream};
 use k8s_openapi::api::{
     coordination::v1::Lease,
@@ -51,10 +55,6 @@ use super::{
     report::{
         self, MAX_NODE_ENTRIES, NodeReport, REPORT_ANNOTATION, REPORT_LABEL, REPORT_LABEL_VALUE,
     },
-};
-use crate::{
-    api::{ClusterImagePullSecretManager, FIELD_MANAGER, Mode, NODE_STATUS_FIELDS},
-    message,
 };
 /// How often changes are looked for (and so the longest a report waits to be counted).
 const TICK: Duration = Duration::from_secs(1);

@@ -13,6 +13,3 @@ pub mod runtime;
 pub mod telemetry;
 pub mod tls;
 pub mod yaml;
-
-// The pure core this crate builds on, under the names the code uses.
-use cheiron_core::{admission, findings, policy};

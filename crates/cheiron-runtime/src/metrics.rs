@@ -13,12 +13,6 @@ mod operations;
 mod process;
 mod reconcile;
 
-use prometheus_client::{
-    encoding::EncodeLabelSet,
-    metrics::{family::Family, gauge::Gauge, histogram::Histogram},
-    registry::{Registry, Unit},
-};
-
 pub use admission::{
     AdmissionLabels, AdmissionMetrics, InvalidRequestLabels, ResourceLabels, resource_label,
 };
@@ -30,6 +24,11 @@ pub use health::{
 };
 pub use operations::{ManagerReadiness, Operations};
 pub use process::ProcessCollector;
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{family::Family, gauge::Gauge, histogram::Histogram},
+    registry::{Registry, Unit},
+};
 pub use reconcile::{
     IssueLabels, RECONCILE_ERRORS, ReconcileErrorLabels, ReconcileLabels, ReconcileMetrics,
 };
@@ -158,12 +157,13 @@ impl Metrics {
 mod tests {
     use std::time::Duration;
 
-    use super::*;
-    use crate::{
+    use cheiron_core::{
         admission::Outcome,
         findings::IssueKind,
         policy::{ManagerKind, Skip},
     };
+
+    use super::*;
 
     #[test]
     fn admission_is_counted_by_resource_operation_and_outcome() {

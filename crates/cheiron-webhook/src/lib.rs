@@ -4,7 +4,3 @@
 
 pub mod source;
 pub mod webhook;
-
-// The rooms this crate builds on, under the names the code uses.
-use cheiron_core::{admission, content, policy};
-use cheiron_runtime::{admin, api, decode, message, metrics, runtime, tls, yaml};

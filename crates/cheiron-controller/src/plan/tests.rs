@@ -1,6 +1,7 @@
-use super::*;
-use crate::api::{ClusterImagePullSecretManager, ImagePullSecretManager};
+use cheiron_runtime::api::{ClusterImagePullSecretManager, ImagePullSecretManager};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+
+use super::*;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -633,8 +634,9 @@ fn as_record(
     resource_version: &str,
     checked: bool,
 ) -> Result<Arc<crate::secrets::SecretRecord>, Box<dyn std::error::Error>> {
-    use crate::secrets::SecretCache;
     use kube::runtime::watcher;
+
+    use crate::secrets::SecretCache;
     secret.metadata.resource_version = Some(resource_version.to_owned());
     let (namespace, name) = (
         secret.metadata.namespace.clone().unwrap_or_default(),

@@ -7,6 +7,11 @@ use std::{
     sync::Arc,
 };
 
+use cheiron_core::{
+    findings::Issue,
+    policy::{Manager, ManagerId},
+};
+use cheiron_runtime::api::annotation;
 use kube::{
     ResourceExt,
     runtime::{
@@ -17,13 +22,10 @@ use kube::{
 
 use super::manager_key;
 use crate::{
-    api::annotation,
     context::Context,
     error::ControllerError,
-    findings::Issue,
     kinds::ManagerObject,
     plan::{self, SecretMetadata, Stale, belongs_to},
-    policy::{Manager, ManagerId},
     pull_entries::ServiceAccountReport,
     secrets::SecretRecord,
     write::{delete_secret, remove},

@@ -3,13 +3,13 @@
 //! paths only; the reconciles themselves are covered against a real kube-apiserver in
 //! `tests/controller/`).
 
-use serde_json::{Value, json};
-
-use super::*;
-use crate::{
+use cheiron_runtime::{
     api::ClusterImagePullSecretManager,
     runtime::fake_api::{FakeApi, reply, status},
 };
+use serde_json::{Value, json};
+
+use super::*;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

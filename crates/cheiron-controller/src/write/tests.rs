@@ -8,6 +8,15 @@ use std::{
     sync::{Arc, Mutex},
 };
 
+use cheiron_core::policy::ManagerKind;
+use cheiron_runtime::{
+    api::{annotation, label},
+    metrics::Metrics,
+    runtime::{
+        events::EventPublisher,
+        fake_api::{FakeApi, reply, status},
+    },
+};
 use k8s_openapi::api::core::v1::{LocalObjectReference, Secret, ServiceAccount};
 use kube::{
     api::ObjectMeta,
@@ -16,17 +25,7 @@ use kube::{
 use serde_json::json;
 
 use super::*;
-use crate::{
-    api::{annotation, label},
-    cluster::ClusterCaches,
-    metrics::Metrics,
-    policy::ManagerKind,
-    runtime::{
-        events::EventPublisher,
-        fake_api::{FakeApi, reply, status},
-    },
-    service_accounts::ServiceAccountCache,
-};
+use crate::{cluster::ClusterCaches, service_accounts::ServiceAccountCache};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

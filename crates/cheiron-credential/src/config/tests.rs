@@ -24,10 +24,11 @@ fn the_kubelets_ecr_example_is_read_with_cheirons_extension() -> Result<(), Stri
     assert_eq!(p.default_cache_duration, Duration::from_secs(12 * 3600));
     assert!(p.allows_namespace("team-a") && !p.allows_namespace("other"));
     let image =
-        crate::registry::ImageRef::parse("123456789012.dkr.ecr.eu-west-1.amazonaws.com/app")
+        cheiron_core::registry::ImageRef::parse("123456789012.dkr.ecr.eu-west-1.amazonaws.com/app")
             .map_err(|e| e.to_string())?;
     assert!(config.provider_for(&image).is_some());
-    let other = crate::registry::ImageRef::parse("ghcr.io/app").map_err(|e| e.to_string())?;
+    let other =
+        cheiron_core::registry::ImageRef::parse("ghcr.io/app").map_err(|e| e.to_string())?;
     assert!(config.provider_for(&other).is_none());
     assert!(
         !format!("{config:?}").contains("s3cr3t"),

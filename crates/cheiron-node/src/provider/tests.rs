@@ -3,11 +3,10 @@
 //! `serviceAccountAnnotations` omitted when empty), and its responses decode the way the
 //! kubelet decodes them (strict fields, `cacheKeyType`, `cacheDuration` a Go duration).
 
+use cheiron_credential::{duration, exec::parse_response};
+
 use super::*;
-use crate::{
-    credential::{duration, exec::parse_response},
-    credentials::Login,
-};
+use crate::credentials::Login;
 
 const V1: &str = "credentialprovider.kubelet.k8s.io/v1";
 

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use cheiron_core::admission::Outcome;
 use prometheus_client::{
     encoding::EncodeLabelSet,
     metrics::{counter::Counter, family::Family, histogram::Histogram},
@@ -9,7 +10,6 @@ use prometheus_client::{
 };
 
 use super::HistogramFamily;
-use crate::admission::Outcome;
 
 /// Admission latency buckets, in seconds: a review takes microseconds, so they start at 100 µs.
 const ADMISSION_BUCKETS: [f64; 15] = [

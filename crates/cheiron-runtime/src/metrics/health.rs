@@ -1,13 +1,12 @@
 //! The metrics of credential health (docs/credential-health.md): registry checks, rejected
 //! credentials, Docker Hub's pull allowance and refused pulls.
 
+use cheiron_core::policy::ManagerKind;
 use prometheus_client::{
     encoding::EncodeLabelSet,
     metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::Registry,
 };
-
-use crate::policy::ManagerKind;
 
 /// Labels of `cheiron_registry_check_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

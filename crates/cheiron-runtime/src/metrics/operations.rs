@@ -3,13 +3,13 @@
 
 use std::{collections::HashMap, sync::Mutex};
 
+use cheiron_core::policy::ManagerKind;
 use prometheus_client::{
     metrics::{family::Family, gauge::Gauge},
     registry::Registry,
 };
 
 use super::ReconcileLabels;
-use crate::policy::ManagerKind;
 
 /// `cheiron_managers_not_ready{kind}`: managers whose last written status is not `Ready`.
 /// Each manager's state is kept by name, so a manager reported twice counts once and a

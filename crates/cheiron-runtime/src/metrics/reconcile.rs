@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use cheiron_core::{findings::IssueKind, policy::ManagerKind};
 use prometheus_client::{
     encoding::EncodeLabelSet,
     metrics::{counter::Counter, family::Family, histogram::Histogram},
@@ -10,7 +11,6 @@ use prometheus_client::{
 };
 
 use super::HistogramFamily;
-use crate::{findings::IssueKind, policy::ManagerKind};
 
 /// Reconcile duration buckets, in seconds: a reconcile writes to the API server.
 const RECONCILE_BUCKETS: [f64; 13] = [

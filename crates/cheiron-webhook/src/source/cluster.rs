@@ -15,24 +15,24 @@ use std::{
     },
 };
 
-use futures::{StreamExt, future};
-use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::{Api, Client, Resource, core::PartialObjectMeta, runtime::watcher};
-use serde::de::DeserializeOwned;
-
-use futures::future::BoxFuture;
-
-use super::{
-    NAMESPACE_LOOKUP_TIMEOUT, NamespaceLookup, Source, namespaces::NamespaceTable,
-    secrets::SecretSet, symbols::Symbols,
+use cheiron_core::policy::{
+    InvalidManager, Manager, ManagerId, ManagerIndex, ManagerKind, NamespaceMeta, View,
 };
-use crate::{
+use cheiron_runtime::{
     admin::Readiness,
     api::{
         ApiCheckError, ClusterImagePullSecretManager, ImagePullSecretManager, ensure_crds, label,
     },
-    policy::{InvalidManager, Manager, ManagerId, ManagerIndex, ManagerKind, NamespaceMeta, View},
     runtime::{InitialList, Relist, Step, WatchStream, watch},
+};
+use futures::{StreamExt, future, future::BoxFuture};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::{Api, Client, Resource, core::PartialObjectMeta, runtime::watcher};
+use serde::de::DeserializeOwned;
+
+use super::{
+    NAMESPACE_LOOKUP_TIMEOUT, NamespaceLookup, Source, namespaces::NamespaceTable,
+    secrets::SecretSet, symbols::Symbols,
 };
 
 /// A [`Source`] over the webhook's watches. Ready once both manager kinds are listed and the
@@ -206,7 +206,7 @@ async fn watch_managers<K: WatchedManager>(
             let event = match event {
                 Ok(event) => event,
                 Err(e) => {
-                    tracing::warn!(kind = K::KIND.as_str(), error = %crate::message::watch_error(&e), "watch failed; retrying");
+                    tracing::warn!(kind = K::KIND.as_str(), error = %cheiron_runtime::message::watch_error(&e), "watch failed; retrying");
                     return future::ready(());
                 }
             };
@@ -236,7 +236,7 @@ async fn watch_inventory<K>(
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(kind = %K::kind(&()), error = %crate::message::watch_error(&e), "watch failed; retrying")
+                    tracing::warn!(kind = %K::kind(&()), error = %cheiron_runtime::message::watch_error(&e), "watch failed; retrying")
                 }
             }
             future::ready(())
@@ -267,7 +267,7 @@ async fn may_list_secrets(client: &Client) -> bool {
     match api.create(&Default::default(), &review).await {
         Ok(answer) => answer.status.is_some_and(|s| s.allowed),
         Err(e) => {
-            tracing::warn!(error = %crate::message::api_error(&e), "cannot ask whether Secrets may be listed; not watching them");
+            tracing::warn!(error = %cheiron_runtime::message::api_error(&e), "cannot ask whether Secrets may be listed; not watching them");
             false
         }
     }
@@ -421,7 +421,7 @@ impl Source for ClusterSource {
                 }),
                 Ok(Ok(None)) => NamespaceLookup::Unknown,
                 Ok(Err(e)) => {
-                    tracing::warn!(namespace = name, error = %crate::message::api_error(&e), "namespace lookup failed");
+                    tracing::warn!(namespace = name, error = %cheiron_runtime::message::api_error(&e), "namespace lookup failed");
                     NamespaceLookup::Unknown
                 }
                 Err(_) => {

@@ -5,20 +5,25 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use cheiron_core::{
+    content::registry_keys,
+    policy::{Manager, NamespaceMeta, StaticView, View},
+};
+use cheiron_runtime::{
+    admin::Readiness,
+    api::{
+        ClusterImagePullSecretManager, GROUP, ImagePullSecretManager, PullSecretEntry, VERSION,
+        validate_cluster, validate_namespaced,
+    },
+    decode,
+    message::without_values,
+    yaml,
+};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 use serde::de::DeserializeOwned;
 
 use super::Source;
-use crate::{admin::Readiness, decode, message::without_values, yaml};
-use crate::{
-    api::{
-        ClusterImagePullSecretManager, GROUP, ImagePullSecretManager, PullSecretEntry, VERSION,
-        validate_cluster, validate_namespaced,
-    },
-    content::registry_keys,
-    policy::{Manager, NamespaceMeta, StaticView, View},
-};
 
 /// Why `--from` could not be loaded. Each renders as one line naming the file and document.
 #[derive(Debug, thiserror::Error)]

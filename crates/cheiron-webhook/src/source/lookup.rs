@@ -257,8 +257,9 @@ impl LookupGuard {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
+    use cheiron_core::policy::NamespaceMeta;
+
     use super::*;
-    use crate::policy::NamespaceMeta;
 
     #[test]
     fn namespace_names_are_dns1123_labels() {

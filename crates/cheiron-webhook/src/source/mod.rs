@@ -32,12 +32,9 @@ pub const NAMESPACE_LIST_WAIT: std::time::Duration = std::time::Duration::from_s
 /// many GETs at a time, once per start.
 pub const LISTING_LOOKUPS_IN_FLIGHT: usize = 16;
 
+use cheiron_core::policy::{NamespaceMeta, View};
+use cheiron_runtime::admin::Readiness;
 use futures::future::BoxFuture;
-
-use crate::{
-    admin::Readiness,
-    policy::{NamespaceMeta, View},
-};
 
 /// The answer to a namespace lookup that missed the view.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,11 +6,11 @@
 
 use std::collections::HashMap;
 
+use cheiron_core::policy::NamespaceMeta;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{ResourceExt, core::PartialObjectMeta, runtime::watcher};
 
 use super::symbols::{Sym, Symbols};
-use crate::policy::NamespaceMeta;
 
 /// Annotation keys kept: the only namespace annotations the policy reads are cheiron's.
 const KEPT_ANNOTATION_PREFIX: &str = "cheiron.anny.co/";
@@ -163,8 +163,9 @@ fn release_pairs(symbols: &mut Symbols, entry: &Entry) {
 
 #[cfg(test)]
 mod tests {
+    use cheiron_core::policy::Pairs;
+
     use super::*;
-    use crate::policy::Pairs;
 
     fn ns(
         name: &str,

@@ -5,11 +5,11 @@
 
 use std::collections::HashSet;
 
+use cheiron_runtime::runtime::{Relist, Step};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{ResourceExt, core::PartialObjectMeta, runtime::watcher};
 
 use super::symbols::{Sym, Symbols};
-use crate::runtime::{Relist, Step};
 
 fn key(namespace: Sym, name: Sym) -> u64 {
     (u64::from(namespace.index()) << 32) | u64::from(name.index())

@@ -16,6 +16,7 @@ use std::{
     time::Duration,
 };
 
+use cheiron_runtime::metrics::ConnectionMetrics;
 use hyper_util::server::graceful::GracefulConnection;
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
@@ -23,8 +24,6 @@ use tokio::{
     time::Instant,
 };
 use tokio_util::sync::CancellationToken;
-
-use crate::metrics::ConnectionMetrics;
 
 /// Length of the HTTP/2 client preface (`PRI * HTTP/2.0…`), RFC 9113 §3.4.
 const HTTP2_PREFACE_BYTES: u64 = 24;

@@ -4,9 +4,9 @@ use axum::{
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
+use cheiron_core::admission::InvalidReview;
 
 use super::MAX_BODY_BYTES;
-use crate::admission::InvalidReview;
 
 /// Longest message put in an error response body. A serde message may quote the offending
 /// input, and a client should get a short answer, not its own megabytes back.
@@ -74,7 +74,7 @@ impl RequestError {
 impl IntoResponse for RequestError {
     fn into_response(self) -> Response {
         let mut message = self.to_string();
-        crate::message::truncate(&mut message, MAX_MESSAGE_BYTES);
+        cheiron_runtime::message::truncate(&mut message, MAX_MESSAGE_BYTES);
         message.push('\n');
         let mut response = (
             self.status(),

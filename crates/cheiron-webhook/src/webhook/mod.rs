@@ -1,10 +1,10 @@
 //! The admission webhook as a library: the HTTPS router (`POST /mutate`) and the server that
-//! runs it beside the admin router of [`crate::admin`] with TLS,
+//! runs it beside the admin router of [`cheiron_runtime::admin`] with TLS,
 //! certificate reload and graceful shutdown. `cheiron webhook` is a thin shell around [`run`];
 //! tests build the routers or call [`serve`] on sockets bound to port 0.
 //!
 //! ```text
-//!              HTTPS :8443                         HTTP :8080, or HTTPS (crate::admin)
+//!              HTTPS :8443                         HTTP :8080, or HTTPS (cheiron_runtime::admin)
 //!   accept: a slot under the cap (per listener, per peer; when full, a peer below its fair
 //!   share evicts the largest holder's oldest idle connection), else closed at once
 //!   TLS (CertResolver, ArcSwap), handshake timeout; HTTP/1 header, HTTP/2 preface and
@@ -36,10 +36,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
-
 pub use budget::{BodyBudget, Reservation, SMALL_BODY_BYTES};
+pub use cheiron_runtime::tls::TlsSource;
+use cheiron_runtime::{
+    admin::{AdminState, MetricsAccess, Readiness},
+    metrics::Metrics,
+    tls::{CertDir, CertResolver, RELOAD_PERIOD, TlsError},
+};
 pub use error::RequestError;
 pub use limits::{
     DEFAULT_BODY_BUDGET_BYTES, DEFAULT_BODY_TIMEOUT, DEFAULT_HTTP1_HEADER_TIMEOUT,
@@ -50,14 +53,10 @@ pub use limits::{
 };
 pub use mutate::router;
 pub use server::{DRAIN_TIMEOUT, HANDSHAKE_TIMEOUT, Listeners, Timing, Tuning, serve};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
-pub use crate::tls::TlsSource;
-use crate::{
-    admin::{AdminState, MetricsAccess, Readiness},
-    metrics::Metrics,
-    source::{LISTING_LOOKUPS_IN_FLIGHT, LookupGuard, Source},
-    tls::{CertDir, CertResolver, RELOAD_PERIOD, TlsError},
-};
+use crate::source::{LISTING_LOOKUPS_IN_FLIGHT, LookupGuard, Source};
 
 /// Largest AdmissionReview body accepted; larger ones get 413. The API server's own limit
 /// for a request body is 3 MiB.

@@ -13,16 +13,18 @@ use axum::{
     routing::post,
 };
 use base64::{Engine, prelude::BASE64_STANDARD};
+use cheiron_core::{
+    admission::{self, Admission, Outcome, Review},
+    policy::WithNamespace,
+};
+use cheiron_runtime::admin::close_when_shutting_down;
 use futures::{FutureExt, StreamExt};
 use kube::core::{DynamicObject, admission::AdmissionReview};
 use serde_json::Value;
 
 use super::{BodyBudget, MAX_BODY_BYTES, RequestError, Reservation, WebhookState};
-use crate::{
-    admin::close_when_shutting_down,
-    admission::{self, Admission, Outcome, Review},
-    policy::WithNamespace,
-    source::{LookupDecision, NAMESPACE_LIST_WAIT, NAMESPACE_LOOKUP_TIMEOUT, NamespaceLookup},
+use crate::source::{
+    LookupDecision, NAMESPACE_LIST_WAIT, NAMESPACE_LOOKUP_TIMEOUT, NamespaceLookup,
 };
 
 /// Most bytes of an oversized body read and discarded before answering 413, so that a
@@ -270,16 +272,12 @@ mod tests {
     use std::sync::Arc;
 
     use axum::http::StatusCode;
+    use cheiron_core::policy::{StaticView, View};
+    use cheiron_runtime::{admin::Readiness, metrics::Metrics};
     use tower::ServiceExt;
 
     use super::*;
-    use crate::{
-        admin::Readiness,
-        metrics::Metrics,
-        policy::{StaticView, View},
-        source::Source,
-        webhook::Limits,
-    };
+    use crate::{source::Source, webhook::Limits};
 
     struct Empty(StaticView);
 
@@ -561,18 +559,18 @@ mod tests {
 
     struct Arriving {
         managers: StaticView,
-        namespaces: std::sync::OnceLock<Vec<crate::policy::NamespaceMeta>>,
+        namespaces: std::sync::OnceLock<Vec<cheiron_core::policy::NamespaceMeta>>,
     }
 
     impl View for Arriving {
         fn managers_in(
             &self,
-            namespace: &crate::policy::NamespaceMeta,
-        ) -> Vec<Arc<crate::policy::Manager>> {
+            namespace: &cheiron_core::policy::NamespaceMeta,
+        ) -> Vec<Arc<cheiron_core::policy::Manager>> {
             self.managers.managers_in(namespace)
         }
 
-        fn namespace(&self, name: &str) -> Option<crate::policy::NamespaceMeta> {
+        fn namespace(&self, name: &str) -> Option<cheiron_core::policy::NamespaceMeta> {
             self.namespaces
                 .get()?
                 .iter()
@@ -587,7 +585,7 @@ mod tests {
 
     impl Listing {
         fn new() -> Self {
-            let manager: crate::api::ClusterImagePullSecretManager =
+            let manager: cheiron_runtime::api::ClusterImagePullSecretManager =
                 serde_json::from_value(serde_json::json!({
                     "apiVersion": "cheiron.anny.co/v1alpha1", "kind": "ClusterImagePullSecretManager",
                     "metadata": {"name": "apps"},
@@ -595,7 +593,7 @@ mod tests {
                              "secrets": [{"existingSecretRef": {"name": "pull", "namespace": "cheiron"}}]},
                 }))
                 .unwrap();
-            let manager = crate::policy::Manager::from_cluster(&manager).unwrap();
+            let manager = cheiron_core::policy::Manager::from_cluster(&manager).unwrap();
             Self {
                 view: Arriving {
                     managers: StaticView::new(vec![manager], []),
@@ -611,9 +609,9 @@ mod tests {
         fn list(&self, names: &[&str]) {
             let namespaces = names
                 .iter()
-                .map(|name| crate::policy::NamespaceMeta {
+                .map(|name| cheiron_core::policy::NamespaceMeta {
                     labels: [("tier".to_owned(), "apps".to_owned())].into(),
-                    ..crate::policy::NamespaceMeta::named(*name)
+                    ..cheiron_core::policy::NamespaceMeta::named(*name)
                 })
                 .collect();
             let _ = self.view.namespaces.set(namespaces);

@@ -4,6 +4,11 @@
 use std::{io, net::SocketAddr, sync::Arc, time::Duration};
 
 use axum::Router;
+use cheiron_runtime::{
+    admin::{MetricsAccess, admin_router},
+    metrics::{ConnectionMetrics, Metrics},
+    tls::{self, CertResolver},
+};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto,
@@ -27,12 +32,7 @@ use super::{
     router,
     slots::{ConnectionLimiter, ConnectionPermit, Refusal},
 };
-use crate::admin::{MetricsAccess, admin_router};
-use crate::{
-    metrics::{ConnectionMetrics, Metrics},
-    source::Source,
-    tls::{self, CertResolver},
-};
+use crate::source::Source;
 
 /// Longest a client may take to complete the TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
