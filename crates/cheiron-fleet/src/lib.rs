@@ -59,8 +59,8 @@ use kube::{
 };
 
 use crate::{
-    members::{Health, State, cluster_selector, is_transition, wanted, within_cap},
-    workload::Workload,
+    members::{Health, NotSynced, State, cluster_selector, is_transition, wanted, within_cap},
+    workload::{Connector, Workload},
 };
 
 /// Longest sync of one manager into one workload cluster (a probe, then the writes): a slow
@@ -133,17 +133,14 @@ enum Role {
     Unselected(Arc<Workload>),
     /// Selected, or holding copies there to clean up (`selected` false), but there is no
     /// connection: why.
-    Unusable {
-        why: sync::NotSynced,
-        selected: bool,
-    },
+    Unusable { why: NotSynced, selected: bool },
 }
 
 /// The workload clusters, as found from the management cluster.
 pub struct Fleet {
     management: Client,
     options: FleetOptions,
-    state: Mutex<State>,
+    state: Mutex<State<Workload>>,
     metrics: Arc<Metrics>,
     triggers: Triggers,
     managers: Store<ClusterImagePullSecretManager>,
@@ -180,6 +177,19 @@ impl Fleet {
             reporter,
             failures: Backoff::default(),
             refreshing: tokio::sync::Mutex::default(),
+        }
+    }
+
+    /// What connecting to one of its workload clusters takes.
+    fn connector(&self) -> Connector<'_> {
+        Connector {
+            allow_insecure: self.options.allow_insecure,
+            max_list_pages: self.options.max_list_pages,
+            max_response_bytes: self.options.max_response_bytes,
+            triggers: &self.triggers,
+            managers: &self.managers,
+            reporter: &self.reporter,
+            metrics: &self.metrics,
         }
     }
 
@@ -266,7 +276,7 @@ impl Fleet {
             let api: Api<Secret> = Api::namespaced(self.management.clone(), namespace);
             let secret_name = format!("{cluster}{KUBECONFIG_SUFFIX}");
             let workload = match api.get(&secret_name).await {
-                Ok(secret) => self.connect(&name, &secret).await.map(Arc::new),
+                Ok(secret) => self.connector().connect(&name, &secret).await.map(Arc::new),
                 Err(e) => Err(format!(
                     "reading its kubeconfig Secret {secret_name}: {}",
                     cheiron_runtime::message::api_error(&e)
@@ -321,7 +331,7 @@ impl Fleet {
                 out.push((
                     name.clone(),
                     Role::Unusable {
-                        why: sync::NotSynced::Unreachable(format!(
+                        why: NotSynced::Unreachable(format!(
                             "refused: more than {} workload clusters are wanted (--fleet-max-clusters)",
                             self.options.max_clusters
                         )),
@@ -338,18 +348,18 @@ impl Fleet {
                 // backoff of a failing cluster (its watches list again on theirs).
                 (Some(Ok(w)), selected) if selected || holds(name) => match w.pages.refused() {
                     Some(why) => Role::Unusable {
-                        why: sync::NotSynced::Unreachable(why),
+                        why: NotSynced::Unreachable(why),
                         selected,
                     },
                     None if selected => Role::Selected(w.clone()),
                     None => Role::Unselected(w.clone()),
                 },
                 (Some(Err(why)), selected) if selected || holds(name) => Role::Unusable {
-                    why: sync::NotSynced::Unreachable(why.clone()),
+                    why: NotSynced::Unreachable(why.clone()),
                     selected,
                 },
                 (None, selected) if selected || holds(name) => Role::Unusable {
-                    why: sync::NotSynced::Connecting("connecting".to_owned()),
+                    why: NotSynced::Connecting("connecting".to_owned()),
                     selected,
                 },
                 _ => continue,

@@ -1,6 +1,7 @@
 //! The workload clusters the fleet knows of, which of them are worth a connection, and how a
 //! manager last stood in each: plain values the watches fill in (`enrolment.rs`), and pure
-//! functions of them, unit-tested without a cluster.
+//! functions of them, unit-tested without a cluster. A member's connection is whatever `C`
+//! the fleet keeps there (a `workload::Workload`); nothing here looks into it.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -15,8 +16,6 @@ use kube::{
     ResourceExt,
     core::{Selector, SelectorExt},
 };
-
-use crate::workload::Workload;
 
 /// How a manager last stood in a workload cluster, for the Events about it: one per change,
 /// never one per retry.
@@ -44,6 +43,32 @@ impl Health {
     }
 }
 
+/// Why a workload cluster is not in step: its kind decides the cluster's health (and so the
+/// Events), its message is what `status.clusters` says.
+#[derive(Debug)]
+pub(crate) enum NotSynced {
+    /// Being connected to: its watches have not listed yet. Not worth an Event.
+    Connecting(String),
+    /// It does not answer, its kubeconfig does not work, or it is refused (a bound).
+    Unreachable(String),
+}
+
+impl NotSynced {
+    /// The health of a cluster this keeps out of step.
+    pub(crate) fn health(&self) -> Health {
+        match self {
+            Self::Connecting(_) => Health::Connecting,
+            Self::Unreachable(_) => Health::Unreachable,
+        }
+    }
+
+    pub(crate) fn into_message(self) -> String {
+        match self {
+            Self::Connecting(m) | Self::Unreachable(m) => m,
+        }
+    }
+}
+
 /// Whether going from `previous` to `now` is worth an Event: a change into trouble, a change
 /// of trouble, and the recovery from it; not the first sync, nor a repeat, nor connecting.
 pub(crate) fn is_transition(previous: Option<Health>, now: Health) -> bool {
@@ -55,17 +80,39 @@ pub(crate) fn is_transition(previous: Option<Health>, now: Health) -> bool {
     }
 }
 
-/// A workload cluster as the management cluster describes it.
-#[derive(Clone, Default)]
-pub(crate) struct Member {
+/// A workload cluster as the management cluster describes it, and the connection `C` to it.
+pub(crate) struct Member<C> {
     /// Labels of its kubeconfig Secret.
     pub(crate) secret_labels: BTreeMap<String, String>,
     /// `resourceVersion` of its kubeconfig Secret.
     pub(crate) secret_version: String,
     /// The connection, or why there is none (never the kubeconfig's content).
-    pub(crate) workload: Option<Result<Arc<Workload>, String>>,
+    pub(crate) workload: Option<Result<Arc<C>, String>>,
     /// Wanted, but beyond `--fleet-max-clusters`: not connected to.
     pub(crate) capped: bool,
+}
+
+// By hand: derived, they would ask `C` to be `Default` (and `Clone`), which a connection is not.
+impl<C> Default for Member<C> {
+    fn default() -> Self {
+        Self {
+            secret_labels: BTreeMap::new(),
+            secret_version: String::new(),
+            workload: None,
+            capped: false,
+        }
+    }
+}
+
+impl<C> Clone for Member<C> {
+    fn clone(&self) -> Self {
+        Self {
+            secret_labels: self.secret_labels.clone(),
+            secret_version: self.secret_version.clone(),
+            workload: self.workload.clone(),
+            capped: self.capped,
+        }
+    }
 }
 
 /// A Cluster API `Cluster`'s metadata.
@@ -75,12 +122,12 @@ pub(crate) struct CapiCluster {
     pub(crate) deleting: bool,
 }
 
-#[derive(Default)]
-pub(crate) struct State {
+/// What the fleet knows of its workload clusters, each connected through a `C`.
+pub(crate) struct State<C> {
     /// `--fleet-select-by-secret-labels`.
     pub(crate) by_secret_labels: bool,
     /// By `<namespace>/<cluster>`.
-    pub(crate) members: BTreeMap<String, Member>,
+    pub(crate) members: BTreeMap<String, Member<C>>,
     /// By `<namespace>/<name>`.
     pub(crate) capi: BTreeMap<String, CapiCluster>,
     /// By manager uid: the workload clusters where its last sync left (or may have left)
@@ -91,14 +138,26 @@ pub(crate) struct State {
     pub(crate) health: HashMap<(String, String), Health>,
 }
 
-impl State {
+impl<C> Default for State<C> {
+    fn default() -> Self {
+        Self {
+            by_secret_labels: false,
+            members: BTreeMap::new(),
+            capi: BTreeMap::new(),
+            holds: HashMap::new(),
+            health: HashMap::new(),
+        }
+    }
+}
+
+impl<C> State<C> {
     /// The labels that decide whether the cluster `name` is selected: those of its Cluster
     /// API `Cluster`, or, only with `--fleet-select-by-secret-labels`, those of its kubeconfig
     /// Secret; none (selected by nothing) otherwise.
     pub(crate) fn labels<'a>(
         &'a self,
         name: &str,
-        member: &'a Member,
+        member: &'a Member<C>,
     ) -> Option<&'a BTreeMap<String, String>> {
         match self.capi.get(name) {
             Some(c) => Some(&c.labels),
@@ -111,8 +170,8 @@ impl State {
 /// selects, and those where a manager may still have copies to clean up (what it holds, or
 /// while that is unknown, its `status.clusters`). A cluster whose Cluster API `Cluster` is
 /// being deleted is never worth one: it is released, not cleaned.
-pub(crate) fn wanted(
-    state: &State,
+pub(crate) fn wanted<C>(
+    state: &State<C>,
     managers: &[Arc<ClusterImagePullSecretManager>],
 ) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
@@ -143,7 +202,11 @@ pub(crate) fn wanted(
 
 /// Of the `wanted` clusters, those to connect to: at most `max`, those connected already
 /// first (a new cluster never takes the place of one in use), then by name.
-pub(crate) fn within_cap(state: &State, wanted: &BTreeSet<String>, max: usize) -> BTreeSet<String> {
+pub(crate) fn within_cap<C>(
+    state: &State<C>,
+    wanted: &BTreeSet<String>,
+    max: usize,
+) -> BTreeSet<String> {
     let connected = |name: &String| {
         state
             .members
@@ -210,7 +273,7 @@ mod tests {
         Arc::new(m)
     }
 
-    fn member(env: &str) -> Member {
+    fn member(env: &str) -> Member<()> {
         Member {
             secret_labels: [("env".to_owned(), env.to_owned())].into(),
             ..Member::default()
@@ -219,7 +282,7 @@ mod tests {
 
     #[test]
     fn only_selected_clusters_and_those_with_copies_to_clean_are_connected_to() {
-        let mut state = State {
+        let mut state = State::<()> {
             by_secret_labels: true,
             ..State::default()
         };
@@ -295,7 +358,7 @@ mod tests {
 
     #[test]
     fn a_kubeconfig_secrets_own_labels_select_nothing_unless_allowed() {
-        let mut state = State::default();
+        let mut state = State::<()>::default();
         state
             .members
             .insert("fleet/hers".to_owned(), member("prod"));
@@ -331,7 +394,7 @@ mod tests {
 
     #[test]
     fn at_most_the_cap_is_connected_to_and_a_new_cluster_never_takes_a_connected_ones_place() {
-        let mut state = State::default();
+        let mut state = State::<()>::default();
         for name in ["f/a", "f/b", "f/c"] {
             state.members.insert(name.to_owned(), member("prod"));
         }

@@ -21,33 +21,11 @@ use kube::{
     runtime::events::{Event, EventType},
 };
 
-use crate::{Fleet, Role, members::Health, workload::Workload};
-
-/// Why a workload cluster is not in step: its kind decides the cluster's health (and so the
-/// Events), its message is what `status.clusters` says.
-#[derive(Debug)]
-pub(super) enum NotSynced {
-    /// Being connected to: its watches have not listed yet. Not worth an Event.
-    Connecting(String),
-    /// It does not answer, its kubeconfig does not work, or it is refused (a bound).
-    Unreachable(String),
-}
-
-impl NotSynced {
-    /// The health of a cluster this keeps out of step.
-    fn health(&self) -> Health {
-        match self {
-            Self::Connecting(_) => Health::Connecting,
-            Self::Unreachable(_) => Health::Unreachable,
-        }
-    }
-
-    fn into_message(self) -> String {
-        match self {
-            Self::Connecting(m) | Self::Unreachable(m) => m,
-        }
-    }
-}
+use crate::{
+    Fleet, Role,
+    members::{Health, NotSynced},
+    workload::Workload,
+};
 
 impl OtherClusters for Fleet {
     fn sync<'a>(

@@ -2,19 +2,28 @@
 //! kubeconfig, the controller's caches and watches over it, and the [`Cluster`] a reconcile
 //! writes through.
 
+use std::sync::Arc;
+
 use cheiron_controller::{
     Cluster, ClusterCaches, CompiledManagers, NamespaceCache, Routing, SecretCache,
-    ServiceAccountCache,
+    ServiceAccountCache, Triggers,
 };
 use cheiron_runtime::{
-    api::fleet::KUBECONFIG_KEY,
+    api::{ClusterImagePullSecretManager, fleet::KUBECONFIG_KEY},
+    metrics::Metrics,
     runtime::events::{self, EventPublisher},
 };
 use k8s_openapi::api::core::v1::Secret;
-use kube::{Client, runtime::reflector};
+use kube::{
+    Client,
+    runtime::{
+        events::Reporter,
+        reflector::{self, Store},
+    },
+};
 use tokio::task::AbortHandle;
 
-use crate::{Fleet, guard, kubeconfig::client_config, pages};
+use crate::{guard, kubeconfig::client_config, pages};
 
 /// One connected workload cluster: its client, caches and watches, as a [`Cluster`].
 pub(crate) struct Workload {
@@ -41,7 +50,25 @@ impl Workload {
     }
 }
 
-impl Fleet {
+/// What connecting to a workload cluster takes of the fleet: the limits its client keeps to,
+/// and what the controller's watches over it feed.
+pub(crate) struct Connector<'a> {
+    /// `--fleet-allow-insecure`.
+    pub(crate) allow_insecure: bool,
+    /// `--fleet-max-list-pages`.
+    pub(crate) max_list_pages: usize,
+    /// `--fleet-max-response-bytes`.
+    pub(crate) max_response_bytes: usize,
+    /// Where a change there asks for a manager's reconcile.
+    pub(crate) triggers: &'a Triggers,
+    /// The cluster managers, the only kind that acts in a workload cluster.
+    pub(crate) managers: &'a Store<ClusterImagePullSecretManager>,
+    /// Who the Events written there come from.
+    pub(crate) reporter: &'a Reporter,
+    pub(crate) metrics: &'a Arc<Metrics>,
+}
+
+impl Connector<'_> {
     /// A connection to the cluster `name` from its kubeconfig Secret.
     pub(crate) async fn connect(&self, name: &str, secret: &Secret) -> Result<Workload, String> {
         let value = secret
@@ -51,11 +78,11 @@ impl Fleet {
             .ok_or_else(|| format!("its kubeconfig Secret has no key {KUBECONFIG_KEY}"))?;
         let text = std::str::from_utf8(&value.0)
             .map_err(|_| format!("key {KUBECONFIG_KEY} of its kubeconfig Secret is not text"))?;
-        let config = client_config(text, self.options.allow_insecure).await?;
-        let pages = pages::ListPages::new(self.options.max_list_pages);
+        let config = client_config(text, self.allow_insecure).await?;
+        let pages = pages::ListPages::new(self.max_list_pages);
         let client = kube::client::ClientBuilder::try_from(config)
             .map_err(|_| "no client can be built from its kubeconfig".to_owned())?
-            .with_layer(&guard::layer(self.options.max_response_bytes))
+            .with_layer(&guard::layer(self.max_response_bytes))
             .with_layer(&pages)
             .build();
         Ok(self.workload(name, client, pages))
