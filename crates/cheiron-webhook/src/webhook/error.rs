@@ -6,7 +6,11 @@ use axum::{
 };
 use cheiron_core::admission::InvalidReview;
 
-use super::MAX_BODY_BYTES;
+use std::net::SocketAddr;
+
+use cheiron_runtime::tls::TlsError;
+
+use super::limits::MAX_BODY_BYTES;
 
 /// Longest message put in an error response body. A serde message may quote the offending
 /// input, and a client should get a short answer, not its own megabytes back.
@@ -89,6 +93,22 @@ impl IntoResponse for RequestError {
         }
         response
     }
+}
+
+/// Why the webhook could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    /// The serving certificate could not be loaded or generated.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// An address could not be bound.
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        /// The address.
+        address: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
 }
 
 #[cfg(test)]

@@ -16,6 +16,13 @@ use std::time::Duration;
 
 use crate::source::LookupLimits;
 
+/// Largest AdmissionReview body accepted; larger ones get 413. The API server's own limit
+/// for a request body is 3 MiB.
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// Longest a client may take to send a request body by default; then it gets 408.
+pub const BODY_TIMEOUT: Duration = DEFAULT_BODY_TIMEOUT;
+
 /// Default of [`Limits::max_connections`]. Each idle TLS connection costs tens of KiB; this
 /// many fit well inside the chart's memory limit, and the API server needs a handful (it
 /// multiplexes reviews over HTTP/2).

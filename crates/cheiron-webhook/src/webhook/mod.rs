@@ -28,42 +28,33 @@ mod limits;
 mod mutate;
 mod server;
 mod slots;
+mod state;
 
-use std::{
-    net::SocketAddr,
-    path::PathBuf,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 pub use budget::{BodyBudget, Reservation, SMALL_BODY_BYTES};
 pub use cheiron_runtime::tls::TlsSource;
 use cheiron_runtime::{
-    admin::{AdminState, MetricsAccess, Readiness},
+    admin::MetricsAccess,
     metrics::Metrics,
-    tls::{CertDir, CertResolver, RELOAD_PERIOD, TlsError},
+    tls::{CertDir, CertResolver, RELOAD_PERIOD},
 };
-pub use error::RequestError;
+pub use error::{RequestError, WebhookError};
 pub use limits::{
-    DEFAULT_BODY_BUDGET_BYTES, DEFAULT_BODY_TIMEOUT, DEFAULT_HTTP1_HEADER_TIMEOUT,
+    BODY_TIMEOUT, DEFAULT_BODY_BUDGET_BYTES, DEFAULT_BODY_TIMEOUT, DEFAULT_HTTP1_HEADER_TIMEOUT,
     DEFAULT_HTTP2_IDLE_TIMEOUT, DEFAULT_HTTP2_MAX_STREAMS, DEFAULT_HTTP2_PREFACE_TIMEOUT,
     DEFAULT_MAX_ADMIN_CONNECTIONS, DEFAULT_MAX_CONNECTION_AGE, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_PEER, HTTP1_MAX_BUF_BYTES, HTTP2_CONNECTION_WINDOW_BYTES,
-    HTTP2_MAX_HEADER_LIST_BYTES, HTTP2_STREAM_WINDOW_BYTES, Limits, MAX_EVICTING_SHARE,
+    HTTP2_MAX_HEADER_LIST_BYTES, HTTP2_STREAM_WINDOW_BYTES, Limits, MAX_BODY_BYTES,
+    MAX_EVICTING_SHARE,
 };
 pub use mutate::router;
 pub use server::{DRAIN_TIMEOUT, HANDSHAKE_TIMEOUT, Listeners, Timing, Tuning, serve};
+pub use state::WebhookState;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::source::{LISTING_LOOKUPS_IN_FLIGHT, LookupGuard, Source};
-
-/// Largest AdmissionReview body accepted; larger ones get 413. The API server's own limit
-/// for a request body is 3 MiB.
-pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
-
-/// Longest a client may take to send a request body by default; then it gets 408.
-pub const BODY_TIMEOUT: Duration = DEFAULT_BODY_TIMEOUT;
+use crate::source::Source;
 
 /// What `cheiron webhook` is told on its command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,113 +117,6 @@ impl WebhookConfig {
 impl From<WebhookOptions> for WebhookConfig {
     fn from(options: WebhookOptions) -> Self {
         options.with_limits(HANDSHAKE_TIMEOUT, Limits::default())
-    }
-}
-
-/// Why the webhook could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum WebhookError {
-    /// The serving certificate could not be loaded or generated.
-    #[error(transparent)]
-    Tls(#[from] TlsError),
-    /// An address could not be bound.
-    #[error("cannot listen on {address}: {source}")]
-    Bind {
-        /// The address.
-        address: SocketAddr,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-}
-
-/// What the handlers of both routers share: the source, and the admin state (readiness from
-/// the same source, metrics, shutdown, certificate).
-#[derive(Clone)]
-pub struct WebhookState {
-    source: Arc<dyn Source>,
-    admin: AdminState,
-    requests: Arc<RequestLimits>,
-}
-
-/// The limits a request handler applies.
-struct RequestLimits {
-    budget: BodyBudget,
-    body_timeout: Duration,
-    lookups: LookupGuard,
-    /// Lookups the rate refused that may go ahead anyway while the first list of namespaces
-    /// is coming in ([`LISTING_LOOKUPS_IN_FLIGHT`] at once; none when lookups are off).
-    listing_lookups: tokio::sync::Semaphore,
-}
-
-impl RequestLimits {
-    fn new(limits: &Limits, metrics: &Metrics) -> Self {
-        Self {
-            budget: BodyBudget::new(
-                limits.body_budget,
-                metrics.connections.body_budget_used.clone(),
-            ),
-            body_timeout: limits.body_timeout,
-            lookups: LookupGuard::new(limits.namespace_lookups, Instant::now()),
-            listing_lookups: tokio::sync::Semaphore::new(
-                if limits.namespace_lookups.rate_per_second == 0 {
-                    0
-                } else {
-                    LISTING_LOOKUPS_IN_FLIGHT
-                },
-            ),
-        }
-    }
-}
-
-impl WebhookState {
-    /// State answering from `source` and recording into `metrics`, never shutting down,
-    /// without a certificate to report, and with the default [`Limits`].
-    pub fn new(source: Arc<dyn Source>, metrics: Arc<Metrics>) -> Self {
-        let ready: Arc<dyn Readiness> = source.clone();
-        let requests = Arc::new(RequestLimits::new(&Limits::default(), &metrics));
-        Self {
-            source,
-            admin: AdminState::new(ready, metrics),
-            requests,
-        }
-    }
-
-    /// Requests are held to `limits` (the body budget and timeout, namespace lookups).
-    pub fn with_limits(mut self, limits: &Limits) -> Self {
-        self.requests = Arc::new(RequestLimits::new(limits, self.admin.metrics()));
-        self
-    }
-
-    /// Once `shutdown` is cancelled, `/readyz` answers 503 and HTTP/1 responses carry
-    /// `Connection: close`.
-    pub fn with_shutdown(mut self, shutdown: CancellationToken) -> Self {
-        self.admin = self.admin.with_shutdown(shutdown);
-        self
-    }
-
-    /// `/metrics` reports this resolver's certificate expiry.
-    pub fn with_certificate(mut self, certificate: Arc<CertResolver>) -> Self {
-        self.admin = self.admin.with_certificate(certificate);
-        self
-    }
-
-    /// `/metrics` answers only who `access` lets in.
-    pub fn with_metrics_access(mut self, access: MetricsAccess) -> Self {
-        self.admin = self.admin.with_metrics_access(access);
-        self
-    }
-
-    /// The state of the admin router serving alongside this webhook.
-    pub fn admin(&self) -> AdminState {
-        self.admin.clone()
-    }
-
-    fn metrics(&self) -> &Metrics {
-        self.admin.metrics()
-    }
-
-    fn shutdown(&self) -> &CancellationToken {
-        self.admin.shutdown()
     }
 }
 

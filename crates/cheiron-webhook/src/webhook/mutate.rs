@@ -22,7 +22,12 @@ use futures::{FutureExt, StreamExt};
 use kube::core::{DynamicObject, admission::AdmissionReview};
 use serde_json::Value;
 
-use super::{BodyBudget, MAX_BODY_BYTES, RequestError, Reservation, WebhookState};
+use super::{
+    budget::{BodyBudget, Reservation},
+    error::RequestError,
+    limits::MAX_BODY_BYTES,
+    state::WebhookState,
+};
 use crate::source::{
     LookupDecision, NAMESPACE_LIST_WAIT, NAMESPACE_LOOKUP_TIMEOUT, NamespaceLookup,
 };

@@ -23,14 +23,15 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    WebhookError, WebhookState,
     connection::{Closed, Timers, Tracked, Watched, drive},
+    error::WebhookError,
     limits::{
         HTTP1_MAX_BUF_BYTES, HTTP2_CONNECTION_WINDOW_BYTES, HTTP2_MAX_HEADER_LIST_BYTES,
         HTTP2_STREAM_WINDOW_BYTES, Limits,
     },
-    router,
+    mutate::router,
     slots::{ConnectionLimiter, ConnectionPermit, Refusal},
+    state::WebhookState,
 };
 use crate::source::Source;
 
