@@ -1,10 +1,12 @@
 //! The `cheiron.anny.co/v1alpha1` API: the two manager kinds, their status, and the
-//! well-known names (annotations, labels, finalizer) cheiron reads and writes.
+//! well-known names (annotations, labels, finalizer) cheiron reads and writes, and the
+//! grammar of the namespace globs a manager names.
 
 mod cluster;
 mod crd;
 mod entry;
 pub mod fleet;
+mod glob;
 mod namespaced;
 pub mod rules;
 mod status;
@@ -15,6 +17,7 @@ pub use entry::{
     CredentialProviderRef, Injection, Mode, PullSecretEntry, SecretKeyRef, SecretRef, Verify,
 };
 pub use fleet::{ClusterSelection, ClusterStatus};
+pub use glob::{InvalidGlob, NamespaceGlob};
 pub use namespaced::{ImagePullSecretManager, ImagePullSecretManagerSpec};
 pub use rules::{InvalidSpec, validate_cluster, validate_namespaced};
 pub use status::{

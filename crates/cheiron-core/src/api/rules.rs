@@ -179,7 +179,7 @@ fn is_object_name(s: &str) -> bool {
 }
 
 fn is_namespace_glob(s: &str) -> bool {
-    crate::policy::NamespaceGlob::parse(s).is_ok()
+    super::NamespaceGlob::parse(s).is_ok()
 }
 
 /// Where references must point: nowhere else (namespaced) or at a named namespace (cluster).

@@ -1,7 +1,6 @@
 //! The pure policy engine: which pull secrets an admitted Pod or ServiceAccount should
 //! reference, given the managers and the namespace. No I/O, no Kubernetes client.
 
-mod glob;
 mod index;
 mod manager;
 mod pairs;
@@ -12,7 +11,7 @@ mod view;
 #[cfg(test)]
 mod tests;
 
-pub use glob::{InvalidGlob, NamespaceGlob};
+pub use crate::api::{InvalidGlob, NamespaceGlob};
 pub use index::ManagerIndex;
 pub use manager::{InvalidManager, Manager, ManagerId, ManagerKind, live_managers};
 pub use pairs::Pairs;
