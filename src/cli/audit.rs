@@ -6,7 +6,7 @@ use std::io::Write;
 use clap::Args;
 
 use super::{
-    ClusterArgs,
+    cluster::ClusterArgs,
     explain::{ReportFormat, client},
 };
 use crate::{

@@ -6,7 +6,11 @@ use anyhow::Context as _;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use super::{AdminArgs, ClusterArgs, ListArgs, ServeArgs};
+use super::{
+    admin::{AdminArgs, process_metrics},
+    cluster::ClusterArgs,
+    webhook::{ListArgs, ServeArgs},
+};
 use crate::{
     admin::{AdminState, ReadyFlag},
     audit::gauge::{self, Counted},
@@ -669,7 +673,7 @@ impl ControllerCommand {
         crate::api::ensure_crds(&client).await?;
         let admin = admin.resolve(Some(&client)).await?;
         let (admin_listen, https) = (admin.listen, admin.tls_cert_dir.is_some());
-        let metrics = Arc::new(super::process_metrics());
+        let metrics = Arc::new(process_metrics());
         let ready = Arc::new(ReadyFlag::default());
         let state = AdminState::new(ready.clone(), metrics.clone()).with_shutdown(shutdown.clone());
         let admin_server = tokio::spawn(admin.serve(state).await?);
@@ -711,7 +715,7 @@ impl RunCommand {
         // Bound first, before the controller and the source start and log: a failure to
         // listen is then one line.
         let prepared = webhook.prepare(Some(&client)).await?;
-        let metrics = Arc::new(super::process_metrics());
+        let metrics = Arc::new(process_metrics());
         let ready = Arc::new(ReadyFlag::default());
         let controller_task = {
             // The webhook's reads are not paced behind the controller's writes.

@@ -15,7 +15,7 @@ use kube::{
     api::{ObjectMeta, PostParams},
 };
 
-use super::ClusterArgs;
+use super::cluster::ClusterArgs;
 
 /// The image of the dry-run Pod unless `--image` names one: it is never pulled.
 pub const DEFAULT_IMAGE: &str = "dry-run.cheiron.invalid/pause:latest";

@@ -6,7 +6,7 @@ use std::{io::Write, path::PathBuf};
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 
-use super::ClusterArgs;
+use super::cluster::ClusterArgs;
 use crate::{
     admission::interpret,
     explain::{Explanation, explain, render, source},

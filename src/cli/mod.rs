@@ -1,6 +1,7 @@
 //! The `cheiron` command line (docs/design.md §6). Each subcommand's `Args::run` destructures every
 //! field, so a new flag cannot be silently ignored.
 
+mod admin;
 mod audit;
 mod cluster;
 mod controller;
@@ -10,10 +11,12 @@ mod explain;
 mod manifests;
 mod mutate;
 mod node_agent;
+mod parse;
 mod webhook;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+pub use admin::{Admin, AdminArgs};
 pub use audit::AuditArgs;
 pub use cluster::ClusterArgs;
 pub use controller::{ControllerArgs, ControllerCommand, RunCommand};
@@ -23,7 +26,7 @@ pub use explain::{ExplainArgs, ReportFormat};
 pub use manifests::ManifestsArgs;
 pub use mutate::{MutateArgs, OutputFormat};
 pub use node_agent::NodeAgentArgs;
-pub use webhook::{AdminArgs, ListArgs, ServeArgs, TlsArgs, WebhookArgs};
+pub use webhook::{ListArgs, ServeArgs, TlsArgs, WebhookArgs};
 
 use std::path::PathBuf;
 
@@ -160,13 +163,6 @@ fn invoked_as_kubectl_plugin() -> bool {
         .map(PathBuf::from)
         .and_then(|p| p.file_name().map(|n| n == KUBECTL_PLUGIN_NAME))
         .unwrap_or(false)
-}
-
-/// The metrics of a serving process: cheiron's, `process_*`, and `cheiron_build_info` naming
-/// this binary's version and commit.
-fn process_metrics() -> crate::metrics::Metrics {
-    crate::metrics::Metrics::new()
-        .with_build_info(env!("CARGO_PKG_VERSION"), env!("CHEIRON_GIT_COMMIT"))
 }
 
 /// Writes what `cheiron version` prints.

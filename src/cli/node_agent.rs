@@ -6,7 +6,10 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use super::{AdminArgs, ClusterArgs};
+use super::{
+    admin::{AdminArgs, process_metrics},
+    cluster::ClusterArgs,
+};
 use crate::{
     admin::{AdminState, ReadyFlag},
     credential::duration,
@@ -150,7 +153,7 @@ impl NodeAgentArgs {
         };
         let admin = admin.resolve(Some(&client)).await?;
         let admin_listen = admin.listen;
-        let mut metrics = super::process_metrics();
+        let mut metrics = process_metrics();
         let node_metrics = NodeMetrics::register(&mut metrics);
         let ready = Arc::new(ReadyFlag::default());
         let state =

@@ -2,151 +2,22 @@
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
-use anyhow::Context;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use super::ClusterArgs;
+use super::{
+    admin::{Admin, AdminArgs, process_metrics},
+    cluster::ClusterArgs,
+    parse::{parse_bytes, parse_count, parse_seconds, parse_streams, parse_timeout},
+};
 use crate::{
-    admin::{
-        AdminState, CacheLimits, MetricsAccess, MetricsAuth, access::DEFAULT_CACHE_SIZE,
-        serve_admin,
-    },
+    admin::MetricsAuth,
     metrics::Metrics,
     runtime::InitialList,
     source::{ClusterSource, FileSource, LookupLimits, Source},
-    tls::{CertDir, RELOAD_PERIOD, TlsSource},
+    tls::TlsSource,
     webhook::{self, Limits, WebhookOptions},
 };
-
-/// The admin server (`/healthz`, `/readyz`, `/metrics`) and who may read its metrics.
-#[derive(Args, Debug, Clone)]
-pub struct AdminArgs {
-    /// Address of /healthz, /readyz and /metrics (plain HTTP, or HTTPS with
-    /// --admin-tls-cert-dir).
-    #[arg(
-        long,
-        value_name = "ADDR",
-        default_value = "0.0.0.0:8080",
-        env = "CHEIRON_ADMIN_LISTEN"
-    )]
-    pub admin_listen: SocketAddr,
-    /// Serve the admin port over HTTPS only, with tls.crt and tls.key from this directory
-    /// (reloaded when they change; the webhook's --tls-cert-dir works), so that the bearer
-    /// tokens of --metrics-auth kubernetes never cross the network in clear. Probes must then
-    /// use HTTPS.
-    #[arg(long, value_name = "DIR", env = "CHEIRON_ADMIN_TLS_CERT_DIR")]
-    pub admin_tls_cert_dir: Option<PathBuf>,
-    /// Who may read /metrics: `none`, anyone who reaches the admin port (restrict it with a
-    /// NetworkPolicy); `kubernetes`, a bearer token the apiserver authenticates (TokenReview)
-    /// of a user allowed to `get` the non-resource URL /metrics (SubjectAccessReview), which
-    /// needs RBAC to create both reviews. /healthz and /readyz stay open.
-    #[arg(
-        long,
-        value_name = "AUTH",
-        value_enum,
-        default_value_t = MetricsAuth::None,
-        env = "CHEIRON_METRICS_AUTH"
-    )]
-    pub metrics_auth: MetricsAuth,
-    /// Most /metrics decisions remembered at once (`--metrics-auth kubernetes`), by the
-    /// token's SHA-256.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_CACHE_SIZE, value_parser = parse_count, env = "CHEIRON_METRICS_AUTH_CACHE_SIZE")]
-    pub metrics_auth_cache_size: usize,
-    /// Seconds an allowed /metrics decision is remembered (`--metrics-auth kubernetes`);
-    /// refusals at most 10. 0 asks the apiserver on every scrape.
-    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = parse_seconds, env = "CHEIRON_METRICS_AUTH_CACHE_TTL")]
-    pub metrics_auth_cache_ttl: Duration,
-}
-
-/// Logged, once start-up has succeeded, by a server whose `/metrics` wants bearer tokens on a
-/// plain-HTTP port.
-const TOKENS_IN_CLEAR: &str = "--metrics-auth kubernetes without --admin-tls-cert-dir: scrapers send their bearer tokens over plain HTTP";
-
-/// The admin port as [`AdminArgs`] describe it, resolved.
-pub struct Admin {
-    /// `--admin-listen`.
-    pub listen: SocketAddr,
-    /// Who may read `/metrics`.
-    pub access: MetricsAccess,
-    /// `--admin-tls-cert-dir`: serve HTTPS with the pair in this directory.
-    pub tls_cert_dir: Option<PathBuf>,
-}
-
-impl Admin {
-    /// Binds the admin port of a process without a webhook (the controller, the node agent)
-    /// and returns its server, to run until `state`'s shutdown: over HTTPS with the pair of
-    /// `--admin-tls-cert-dir` (reloaded until shutdown; its expiry is
-    /// `cheiron_certificate_expiry_timestamp_seconds`), else plain HTTP.
-    pub async fn serve(
-        self,
-        state: AdminState,
-    ) -> anyhow::Result<futures::future::BoxFuture<'static, std::io::Result<()>>> {
-        let Self {
-            listen,
-            access,
-            tls_cert_dir,
-        } = self;
-        let tokens_in_clear =
-            matches!(access, MetricsAccess::Reviewed(_)) && tls_cert_dir.is_none();
-        let mut state = state.with_metrics_access(access);
-        let certificate = match tls_cert_dir {
-            Some(dir) => {
-                let (certificate, reloader) = CertDir::new(dir).load().await?;
-                tokio::spawn(reloader.run(RELOAD_PERIOD, state.shutdown().clone()));
-                state = state.with_certificate(Arc::clone(&certificate));
-                Some(certificate)
-            }
-            None => None,
-        };
-        let server = serve_admin(listen, state, certificate)
-            .await
-            .with_context(|| format!("cannot listen on {listen}"))?;
-        if tokens_in_clear {
-            tracing::warn!("{TOKENS_IN_CLEAR}");
-        }
-        Ok(server)
-    }
-}
-
-impl AdminArgs {
-    /// The admin address, who may read `/metrics` there, and whether it serves HTTPS. With
-    /// `--metrics-auth kubernetes`, `client` reviews the tokens; without one (static mode), a
-    /// client is built from the environment.
-    pub async fn resolve(self, client: Option<&kube::Client>) -> anyhow::Result<Admin> {
-        let Self {
-            admin_listen,
-            admin_tls_cert_dir,
-            metrics_auth,
-            metrics_auth_cache_size,
-            metrics_auth_cache_ttl,
-        } = self;
-        let access = match metrics_auth {
-            MetricsAuth::None => MetricsAccess::Open,
-            MetricsAuth::Kubernetes => {
-                let client = match client {
-                    Some(client) => client.clone(),
-                    None => kube::Client::try_default().await.context(
-                        "--metrics-auth kubernetes reviews tokens with the apiserver, which \
-                         cannot be reached (set KUBECONFIG or run in a Pod)",
-                    )?,
-                };
-                MetricsAccess::kubernetes(
-                    client,
-                    CacheLimits {
-                        size: metrics_auth_cache_size,
-                        ttl: metrics_auth_cache_ttl,
-                    },
-                )
-            }
-        };
-        Ok(Admin {
-            listen: admin_listen,
-            access,
-            tls_cert_dir: admin_tls_cert_dir,
-        })
-    }
-}
 
 /// Where the serving certificate comes from: exactly one of the two.
 #[derive(Args, Debug, Clone)]
@@ -394,54 +265,6 @@ pub struct ListArgs {
     pub initial_list: InitialList,
 }
 
-/// Parses `5`, `0.5` or `5s` as a duration in seconds.
-fn parse_seconds(text: &str) -> Result<Duration, String> {
-    let number = text.strip_suffix('s').unwrap_or(text);
-    number
-        .parse::<f64>()
-        .ok()
-        .and_then(|s| Duration::try_from_secs_f64(s).ok())
-        .ok_or_else(|| format!("{text:?} is not a number of seconds"))
-}
-
-/// [`parse_seconds`], above zero: a timeout of zero would refuse everything.
-fn parse_timeout(text: &str) -> Result<Duration, String> {
-    match parse_seconds(text)? {
-        zero if zero.is_zero() => Err("a timeout must be above zero".to_owned()),
-        duration => Ok(duration),
-    }
-}
-
-/// Parses a count of at least 1.
-fn parse_count(text: &str) -> Result<usize, String> {
-    match text.parse::<usize>() {
-        Ok(0) => Err("must be at least 1".to_owned()),
-        Ok(n) => Ok(n),
-        Err(_) => Err(format!("{text:?} is not a whole number")),
-    }
-}
-
-/// Parses a number of HTTP/2 streams, at least 1.
-fn parse_streams(text: &str) -> Result<u32, String> {
-    let count = parse_count(text)?;
-    u32::try_from(count).map_err(|_| format!("{text:?} is too large"))
-}
-
-/// Parses `1048576`, `1024Ki`, `64Mi` or `1Gi` (an optional `B` after the suffix) as bytes.
-fn parse_bytes(text: &str) -> Result<usize, String> {
-    let trimmed = text.strip_suffix('B').unwrap_or(text);
-    let (number, unit) = [("Gi", 1usize << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)]
-        .into_iter()
-        .find_map(|(suffix, unit)| trimmed.strip_suffix(suffix).map(|n| (n, unit)))
-        .unwrap_or((trimmed, 1));
-    number
-        .trim()
-        .parse::<usize>()
-        .ok()
-        .and_then(|n| n.checked_mul(unit))
-        .ok_or_else(|| format!("{text:?} is not a number of bytes (e.g. 67108864 or 64Mi)"))
-}
-
 impl WebhookArgs {
     /// Serves until `shutdown` is cancelled and connections have drained.
     pub async fn run(
@@ -450,7 +273,7 @@ impl WebhookArgs {
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
         let Self { serve, from, lists } = self;
-        let metrics = Arc::new(super::process_metrics());
+        let metrics = Arc::new(process_metrics());
         if from.is_empty() {
             let client = cluster
                 .client(
@@ -492,87 +315,6 @@ impl WebhookArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shutdown_delay_accepts_plain_fractional_and_suffixed_seconds() {
-        assert_eq!(parse_seconds("5"), Ok(Duration::from_secs(5)));
-        assert_eq!(parse_seconds("0.5"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_seconds("2s"), Ok(Duration::from_secs(2)));
-        assert!(parse_seconds("soon").is_err());
-        assert!(parse_seconds("-1").is_err());
-    }
-
-    #[test]
-    fn sizes_take_binary_suffixes() {
-        assert_eq!(parse_bytes("1024"), Ok(1024));
-        assert_eq!(parse_bytes("16Ki"), Ok(16 * 1024));
-        assert_eq!(parse_bytes("64Mi"), Ok(64 * 1024 * 1024));
-        assert_eq!(parse_bytes("64MiB"), Ok(64 * 1024 * 1024));
-        assert_eq!(parse_bytes("1Gi"), Ok(1 << 30));
-        assert!(parse_bytes("64M").is_err());
-        assert!(parse_bytes("lots").is_err());
-        assert!(parse_bytes("99999999999999999999Gi").is_err());
-    }
-
-    #[test]
-    fn zero_timeouts_and_counts_are_refused() {
-        assert!(parse_timeout("0").is_err());
-        assert_eq!(parse_timeout("0.5"), Ok(Duration::from_millis(500)));
-        assert!(parse_count("0").is_err());
-        assert_eq!(parse_count("7"), Ok(7));
-        assert!(parse_streams("5000000000").is_err());
-    }
-
-    #[derive(clap::Parser)]
-    struct Admin {
-        #[command(flatten)]
-        admin: AdminArgs,
-    }
-
-    #[test]
-    fn metrics_are_open_by_default_and_the_cache_flags_default_to_the_named_limits() {
-        let parsed = <Admin as clap::Parser>::try_parse_from(["cheiron"]).unwrap();
-        assert_eq!(parsed.admin.metrics_auth, MetricsAuth::None);
-        assert_eq!(
-            CacheLimits {
-                size: parsed.admin.metrics_auth_cache_size,
-                ttl: parsed.admin.metrics_auth_cache_ttl,
-            },
-            CacheLimits::default()
-        );
-    }
-
-    #[test]
-    fn metrics_auth_takes_none_or_kubernetes_and_a_cache_of_at_least_one() {
-        let parse = |args: &[&str]| {
-            <Admin as clap::Parser>::try_parse_from(
-                std::iter::once("cheiron").chain(args.iter().copied()),
-            )
-            .map(|p| p.admin)
-        };
-        let admin = parse(&[
-            "--metrics-auth=kubernetes",
-            "--metrics-auth-cache-size=8",
-            "--metrics-auth-cache-ttl=0",
-        ])
-        .unwrap();
-        assert_eq!(admin.metrics_auth, MetricsAuth::Kubernetes);
-        assert_eq!(admin.metrics_auth_cache_size, 8);
-        assert_eq!(admin.metrics_auth_cache_ttl, Duration::ZERO);
-        assert!(parse(&["--metrics-auth=basic"]).is_err());
-        assert!(parse(&["--metrics-auth-cache-size=0"]).is_err());
-    }
-
-    #[tokio::test]
-    async fn open_metrics_need_no_cluster() {
-        let admin = <Admin as clap::Parser>::try_parse_from(["cheiron"])
-            .unwrap()
-            .admin;
-        let resolved = admin.resolve(None).await.unwrap();
-        assert_eq!(resolved.listen.port(), 8080);
-        assert_eq!(resolved.access, MetricsAccess::Open);
-        assert_eq!(resolved.tls_cert_dir, None, "plain HTTP by default");
-    }
 
     #[derive(clap::Parser)]
     struct Limited {
