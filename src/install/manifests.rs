@@ -13,8 +13,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{
-    WebhookClient, WebhookRegistration, certificates,
+    certificates,
     credential_providers::TOKENS as CREDENTIAL_PROVIDER_TOKENS,
+    error::ManifestError,
     installation::{
         AGGREGATE_TO, CERTIFICATES, CONTROLLER, DeploymentMode, Install, LEASE, MANAGER_EDIT,
         MANAGER_VIEW, METRICS_AUTH, METRICS_READER, MetricsAuth, NAME, SERVICE_PORT, TLS_SECRET,
@@ -22,6 +23,7 @@ use super::{
     },
     network_policy, rbac,
     setup::{CredentialProviderSetup, FleetSetup},
+    webhook_configuration::{WebhookClient, WebhookRegistration},
     workload,
 };
 
@@ -37,26 +39,6 @@ pub struct ManifestFile {
     pub name: &'static str,
     /// The YAML text.
     pub contents: String,
-}
-
-/// Why the manifests cannot be rendered.
-#[derive(Debug, thiserror::Error)]
-pub enum ManifestError {
-    /// An object did not serialise.
-    #[error("cannot render {what}: {source}")]
-    Render {
-        /// What was being rendered.
-        what: &'static str,
-        /// Why.
-        #[source]
-        source: crate::yaml::WriteError,
-    },
-    /// An object did not serialise to JSON.
-    #[error("cannot render an object: {0}")]
-    Json(#[from] serde_json::Error),
-    /// The credential-provider setup is invalid.
-    #[error(transparent)]
-    CredentialProviders(#[from] super::SetupError),
 }
 
 fn to_value<T: Serialize>(object: &T) -> Result<Value, ManifestError> {

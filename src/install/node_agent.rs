@@ -12,8 +12,8 @@
 use serde_json::{Value, json};
 
 use super::{
+    error::ManifestError,
     installation::{ADMIN_PORT, Install, METRICS_AUTH, MetricsAuth},
-    manifests::ManifestError,
     rbac,
     setup::NodeAgentSetup,
     workload,
