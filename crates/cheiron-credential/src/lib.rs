@@ -26,22 +26,25 @@ pub mod config;
 pub mod duration;
 pub mod entries;
 pub mod exec;
+mod lookup;
 mod refresh;
 mod token;
 
 use std::{
     collections::{BTreeMap, HashMap},
     path::PathBuf,
-    sync::{Arc, Mutex},
-    time::{Duration, SystemTime},
+    sync::{Arc, Mutex, Weak},
+    time::SystemTime,
 };
 
 pub use config::{ConfigError, Provider, ProviderConfig};
 pub use exec::{Auth, DEFAULT_MAX_PLUGIN_OUTPUT, DEFAULT_PLUGIN_TIMEOUT, ExecError, ExecLimits};
+pub use lookup::{Credential, Key, Lookup, Wanted};
 
 /// Most plugin calls (token minting included) running at once, over all providers and keys;
 /// more wait their turn. Each is bounded by the plugin timeout.
 pub const DEFAULT_MAX_CONCURRENT_PLUGINS: usize = 4;
+use refresh::{Calls, Host};
 pub use refresh::{
     FIRST_RETRY, MAX_RETRY, MIN_REFRESH, NO_CACHE_REFRESH, REFRESH_FRACTION, RefreshPolicy,
 };
@@ -51,82 +54,6 @@ use cheiron_core::{
     registry::ImageRef,
 };
 use cheiron_runtime::metrics::Metrics;
-
-/// What a manager entry asks of the providers.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Wanted {
-    /// The image whose registry credential is wanted.
-    pub image: String,
-    /// `credentialProvider.serviceAccountName`, for providers with `tokenAttributes`.
-    pub service_account_name: Option<String>,
-}
-
-/// One shared credential: the plugin is called once per key.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key {
-    /// Provider name.
-    pub provider: String,
-    /// The image, as the manager names it.
-    pub image: String,
-    /// `(namespace, name)` of the ServiceAccount whose token the plugin gets.
-    pub service_account: Option<(String, String)>,
-}
-
-/// A plugin's credential, as last fetched.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Credential {
-    /// Registry credentials by pattern.
-    pub auth: Vec<Auth>,
-    /// When it stops being valid; `None` when the plugin said not to cache it (refreshed
-    /// every [`NO_CACHE_REFRESH`]).
-    pub expires_at: Option<SystemTime>,
-}
-
-impl Credential {
-    /// True once `expires_at` has passed.
-    pub fn is_expired(&self, now: SystemTime) -> bool {
-        self.expires_at.is_some_and(|t| t <= now)
-    }
-}
-
-/// The answer to a lookup.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Lookup {
-    /// A valid credential; `failing` says why the last refresh failed, if it did.
-    Ready {
-        /// Which provider.
-        provider: String,
-        /// The credential.
-        credential: Credential,
-        /// The last refresh failed (the credential is still valid).
-        failing: Option<String>,
-    },
-    /// The plugin has not answered yet (its first call is queued or running); the manager is
-    /// told when it does. Existing copies are kept.
-    Pending {
-        /// Which provider.
-        provider: String,
-        /// What is awaited.
-        message: String,
-    },
-    /// No valid credential: the plugin failed, or its credential expired while it fails.
-    /// Existing copies are kept.
-    Failed {
-        /// Which provider.
-        provider: String,
-        /// Why, never a plugin's output.
-        message: String,
-        /// When the last good credential expired, if there was one.
-        expired_at: Option<SystemTime>,
-    },
-    /// The manager may not use this provider or entry; nothing is called.
-    Refused {
-        /// Why.
-        message: String,
-        /// Refused because a namespaced manager may not use the provider.
-        namespace_not_allowed: bool,
-    },
-}
 
 /// The exec credential providers of one controller, shared by all reconciles.
 #[derive(Clone)]
@@ -139,15 +66,10 @@ pub type Notify = Arc<dyn Fn(&ManagerId) + Send + Sync>;
 
 struct Inner {
     config: ProviderConfig,
-    bin_dir: PathBuf,
-    limits: ExecLimits,
-    policy: RefreshPolicy,
     /// The namespace of the ServiceAccounts cluster managers name.
     own_namespace: Option<String>,
-    /// Permits for plugin calls: `max_concurrent` of them.
-    running: Arc<tokio::sync::Semaphore>,
-    client: Option<kube::Client>,
-    metrics: Option<Arc<Metrics>>,
+    /// What the refresh tasks call plugins with.
+    calls: Calls,
     notify: Mutex<Option<Notify>>,
     slots: Mutex<HashMap<Key, Arc<refresh::Slot>>>,
     wanted: Mutex<HashMap<ManagerId, Vec<Key>>>,
@@ -210,13 +132,15 @@ impl CredentialProviders {
         Self {
             inner: Arc::new(Inner {
                 config,
-                bin_dir,
-                limits,
-                policy,
                 own_namespace,
-                running: Arc::new(tokio::sync::Semaphore::new(max_concurrent.max(1))),
-                client,
-                metrics,
+                calls: Calls {
+                    bin_dir,
+                    limits,
+                    policy,
+                    running: Arc::new(tokio::sync::Semaphore::new(max_concurrent.max(1))),
+                    client,
+                    metrics,
+                },
                 notify: Mutex::new(None),
                 slots: Mutex::default(),
                 wanted: Mutex::default(),
@@ -359,12 +283,15 @@ impl CredentialProviders {
             }
         }
         drop(slots);
-        self.update_expiry_metric();
+        self.inner.update_expiry_metric();
     }
 
     /// The slot of `key`, started if new, with `manager` subscribed.
     fn slot(&self, key: &Key, provider: &Provider, manager: &ManagerId) -> Arc<refresh::Slot> {
-        let start = || refresh::Slot::start(self.clone(), key.clone(), provider.clone(), manager);
+        let start = || {
+            let host: Weak<dyn Host> = Arc::downgrade(&self.inner) as Weak<Inner>;
+            refresh::Slot::start(host, key.clone(), provider.clone(), manager)
+        };
         let Ok(mut slots) = self.inner.slots.lock() else {
             // A poisoned lock: a slot of its own, not shared.
             return start();
@@ -373,9 +300,11 @@ impl CredentialProviders {
         slot.subscribe(manager);
         slot
     }
+}
 
+impl Inner {
     fn notify(&self, managers: &[ManagerId]) {
-        let notify = self.inner.notify.lock().ok().and_then(|n| n.clone());
+        let notify = self.notify.lock().ok().and_then(|n| n.clone());
         if let Some(notify) = notify {
             for m in managers {
                 notify(m);
@@ -386,15 +315,14 @@ impl CredentialProviders {
     /// Sets `cheiron_credential_expiry_timestamp_seconds{provider}` to the soonest expiry of
     /// each provider's current credentials.
     fn update_expiry_metric(&self) {
-        let Some(metrics) = &self.inner.metrics else {
+        let Some(metrics) = &self.calls.metrics else {
             return;
         };
-        let slots: Vec<Arc<refresh::Slot>> = match self.inner.slots.lock() {
+        let slots: Vec<Arc<refresh::Slot>> = match self.slots.lock() {
             Ok(slots) => slots.values().cloned().collect(),
             Err(_) => return,
         };
         let mut soonest: BTreeMap<String, Option<SystemTime>> = self
-            .inner
             .config
             .providers
             .iter()
@@ -415,9 +343,18 @@ impl CredentialProviders {
     }
 }
 
-/// `d` rounded to whole seconds, for messages.
-fn seconds(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_millis() >= 500)
+impl Host for Inner {
+    fn calls(&self) -> &Calls {
+        &self.calls
+    }
+
+    fn notify(&self, managers: &[ManagerId]) {
+        Inner::notify(self, managers);
+    }
+
+    fn expiry_changed(&self) {
+        self.update_expiry_metric();
+    }
 }
 
 #[cfg(test)]

@@ -9,13 +9,20 @@
 use std::{
     collections::BTreeSet,
     hash::{Hash, Hasher},
+    path::PathBuf,
     sync::{Arc, Mutex, Weak},
     time::{Duration, SystemTime},
 };
 
 use cheiron_core::policy::ManagerId;
+use cheiron_runtime::metrics::Metrics;
 
-use super::{Credential, CredentialProviders, Inner, Key, Lookup, Provider, exec, seconds, token};
+use crate::{
+    config::Provider,
+    exec::{self, ExecLimits},
+    lookup::{Credential, Key, Lookup, seconds},
+    token,
+};
 
 /// A credential is refreshed after this fraction of its life.
 pub const REFRESH_FRACTION: f64 = 0.5;
@@ -72,6 +79,32 @@ impl RefreshPolicy {
     }
 }
 
+/// What the refresh tasks call plugins with.
+pub(crate) struct Calls {
+    /// Where the plugins are.
+    pub(crate) bin_dir: PathBuf,
+    /// Bounds of each run.
+    pub(crate) limits: ExecLimits,
+    /// When to refresh.
+    pub(crate) policy: RefreshPolicy,
+    /// Permits for plugin calls: `--credential-provider-max-concurrent` of them.
+    pub(crate) running: Arc<tokio::sync::Semaphore>,
+    /// Mints service-account tokens.
+    pub(crate) client: Option<kube::Client>,
+    pub(crate) metrics: Option<Arc<Metrics>>,
+}
+
+/// What a slot's refresh task needs of the providers that started it. The task holds it
+/// weakly: once the providers are gone, it stops.
+pub(crate) trait Host: Send + Sync + 'static {
+    /// How plugins are called.
+    fn calls(&self) -> &Calls;
+    /// Tells `managers` that what their lookups return changed.
+    fn notify(&self, managers: &[ManagerId]);
+    /// A credential's expiry may have changed (the expiry metric).
+    fn expiry_changed(&self);
+}
+
 #[derive(Default)]
 struct State {
     good: Option<Credential>,
@@ -91,7 +124,7 @@ impl Slot {
     /// A slot for `key` used by `manager`, with its refresh task running. `manager` subscribes
     /// before the task starts, so it is told of the first answer however soon that comes.
     pub(super) fn start(
-        providers: CredentialProviders,
+        host: Weak<dyn Host>,
         key: Key,
         provider: Provider,
         manager: &ManagerId,
@@ -102,11 +135,7 @@ impl Slot {
             task: Mutex::new(None),
         });
         slot.subscribe(manager);
-        let task = tokio::spawn(run(
-            Arc::downgrade(&providers.inner),
-            Arc::downgrade(&slot),
-            provider,
-        ));
+        let task = tokio::spawn(run(host, Arc::downgrade(&slot), provider));
         if let Ok(mut handle) = slot.task.lock() {
             *handle = Some(task.abort_handle());
         }
@@ -195,7 +224,7 @@ impl Slot {
 }
 
 /// Calls the plugin once for `key`, minting a service-account token first if it wants one.
-async fn fetch(inner: &Inner, key: &Key, provider: &Provider) -> Result<Credential, String> {
+async fn fetch(calls: &Calls, key: &Key, provider: &Provider) -> Result<Credential, String> {
     let mut request = exec::Request {
         image: key.image.clone(),
         ..exec::Request::default()
@@ -203,7 +232,7 @@ async fn fetch(inner: &Inner, key: &Key, provider: &Provider) -> Result<Credenti
     if let (Some(attributes), Some((namespace, name))) =
         (&provider.token_attributes, &key.service_account)
     {
-        let client = inner
+        let client = calls
             .client
             .clone()
             .ok_or("no Kubernetes client to mint a service-account token")?;
@@ -214,7 +243,7 @@ async fn fetch(inner: &Inner, key: &Key, provider: &Provider) -> Result<Credenti
         request.service_account_annotations = minted.annotations;
     }
     let started = SystemTime::now();
-    let response = exec::call(provider, &inner.bin_dir, &request, inner.limits)
+    let response = exec::call(provider, &calls.bin_dir, &request, calls.limits)
         .await
         .map_err(|e| e.to_string())?;
     if let (Some(attributes), Some(token)) =
@@ -239,28 +268,28 @@ async fn fetch(inner: &Inner, key: &Key, provider: &Provider) -> Result<Credenti
     })
 }
 
-async fn run(inner: Weak<Inner>, slot: Weak<Slot>, provider: Provider) {
+async fn run(host: Weak<dyn Host>, slot: Weak<Slot>, provider: Provider) {
     let mut failures = 0u32;
     let mut fetched = 0u64;
     let mut seen: Option<Seen> = None;
     loop {
-        let (Some(inner), Some(slot)) = (inner.upgrade(), slot.upgrade()) else {
+        let (Some(host), Some(slot)) = (host.upgrade(), slot.upgrade()) else {
             return;
         };
-        let providers = CredentialProviders { inner };
+        let calls = host.calls();
         // An expiry passed while sleeping changes what lookups return.
-        slot.tell_if_changed(&providers, &mut seen);
+        slot.tell_if_changed(&*host, &mut seen);
         let result = {
             // One of the --credential-provider-max-concurrent calls, held for the token and
             // the plugin run (bounded by the plugin timeout).
-            let Ok(_permit) = providers.inner.running.clone().acquire_owned().await else {
+            let Ok(_permit) = calls.running.clone().acquire_owned().await else {
                 return;
             };
-            fetch(&providers.inner, &slot.key, &provider).await
+            fetch(calls, &slot.key, &provider).await
         };
         let now = SystemTime::now();
         let outcome = if result.is_ok() { "success" } else { "failure" };
-        if let Some(metrics) = &providers.inner.metrics {
+        if let Some(metrics) = &calls.metrics {
             metrics.credentials.record_call(&provider.name, outcome);
         }
         let wait = {
@@ -278,16 +307,13 @@ async fn run(inner: Weak<Inner>, slot: Weak<Slot>, provider: Provider) {
                         .unwrap_or_default();
                     state.good = Some(credential);
                     state.error = None;
-                    providers
-                        .inner
-                        .policy
-                        .refresh_after(&slot.key, fetched, life)
+                    calls.policy.refresh_after(&slot.key, fetched, life)
                 }
                 Err(message) => {
                     failures = failures.saturating_add(1);
                     tracing::warn!(provider = %provider.name, image = %slot.key.image, failures, error = %message, "credential provider call failed");
                     state.error = Some(message);
-                    let retry = providers.inner.policy.retry_after(failures);
+                    let retry = calls.policy.retry_after(failures);
                     match state.good.as_ref().and_then(|g| g.expires_at) {
                         // Wake just after the expiry, to report it.
                         Some(t) if t > now => retry.min(
@@ -298,9 +324,9 @@ async fn run(inner: Weak<Inner>, slot: Weak<Slot>, provider: Provider) {
                 }
             }
         };
-        slot.tell_if_changed(&providers, &mut seen);
-        providers.update_expiry_metric();
-        drop((providers, slot));
+        slot.tell_if_changed(&*host, &mut seen);
+        host.expiry_changed();
+        drop((host, slot));
         tokio::time::sleep(wait).await;
     }
 }
@@ -316,11 +342,11 @@ impl Slot {
     }
 
     /// Tells the subscribers when what a lookup returns changed since `seen`.
-    fn tell_if_changed(&self, providers: &CredentialProviders, seen: &mut Option<Seen>) {
+    fn tell_if_changed(&self, host: &dyn Host, seen: &mut Option<Seen>) {
         let now = self.seen(SystemTime::now());
         if now.is_some() && now != *seen {
             *seen = now;
-            providers.notify(&self.subscribers());
+            host.notify(&self.subscribers());
         }
     }
 }
