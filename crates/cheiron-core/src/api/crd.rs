@@ -3,7 +3,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use super::{ClusterImagePullSecretManager, ImagePullSecretManager};
+use super::{cluster::ClusterImagePullSecretManager, namespaced::ImagePullSecretManager};
 
 /// Both CRDs, namespaced kind first.
 pub fn crds() -> Vec<CustomResourceDefinition> {

@@ -10,6 +10,7 @@ mod glob;
 mod namespaced;
 pub mod rules;
 mod status;
+mod validate;
 
 pub use cluster::{ClusterImagePullSecretManager, ClusterImagePullSecretManagerSpec};
 pub use crd::crds;
@@ -19,11 +20,11 @@ pub use entry::{
 pub use fleet::{ClusterSelection, ClusterStatus};
 pub use glob::{InvalidGlob, NamespaceGlob};
 pub use namespaced::{ImagePullSecretManager, ImagePullSecretManagerSpec};
-pub use rules::{InvalidSpec, validate_cluster, validate_namespaced};
 pub use status::{
     CredentialStatus, ManagerStatus, NODE_STATUS_FIELDS, NamespaceFailure, NodeStatus, PullFailure,
     PullFailures, PullSecretRegistries, reason,
 };
+pub use validate::{InvalidSpec, validate_cluster, validate_namespaced};
 
 /// The field manager of every write the controller makes (the node agent has its own).
 pub const FIELD_MANAGER: &str = "cheiron";

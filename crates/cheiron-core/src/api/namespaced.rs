@@ -4,7 +4,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::{Injection, ManagerStatus, Mode, PullSecretEntry, Verify, rules};
+use super::{
+    entry::Injection, entry::Mode, entry::PullSecretEntry, entry::Verify, rules,
+    status::ManagerStatus,
+};
 
 /// Injects pull secrets into Pods or ServiceAccounts of its own namespace.
 // Each printcolumn(...) repeats `type_`, which clippy mistakes for a duplicated attribute.

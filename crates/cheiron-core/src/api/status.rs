@@ -89,7 +89,7 @@ pub struct ManagerStatus {
     /// How the manager stands in each workload cluster it selects (`spec.clusters`), by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 1000))]
-    pub clusters: Vec<super::ClusterStatus>,
+    pub clusters: Vec<super::fleet::ClusterStatus>,
     /// Mode Node: the nodes its `nodeSelector` selects (written by the controller from the
     /// node agents' reports; docs/node.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
