@@ -6,7 +6,7 @@ use kube::core::{
 };
 use serde_json::Value;
 
-use super::{AdmittedObject, MutationResult, interpret, mutate_interpreted};
+use super::{MutationResult, mutate_interpreted, subject::AdmittedObject, subject::interpret};
 use crate::policy::{Skip, SubjectKind, View};
 
 /// A body that is not an AdmissionReview with a request (HTTP 400).

@@ -21,7 +21,10 @@ use std::{
 
 use kube::core::Expression;
 
-use super::{Manager, ManagerId, NamespaceMeta, Registries, RegistryList, Scope};
+use super::{
+    manager::Manager, manager::ManagerId, namespace::NamespaceMeta, registries::Registries,
+    registries::RegistryList, scope::Scope,
+};
 
 /// Where a manager is filed.
 #[derive(Clone, Debug, PartialEq, Eq)]

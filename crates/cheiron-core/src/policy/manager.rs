@@ -11,12 +11,15 @@ use kube::{
 
 use super::registries::{Image, RegistryList};
 use super::{
-    InvalidGlob, NamespaceGlob, NamespaceMeta, NamespaceSelector, Registries, Scope, Subject,
-    SubjectKind, registries,
+    namespace::NamespaceMeta,
+    registries,
+    registries::Registries,
+    scope::{NamespaceSelector, Scope},
+    subject::{Subject, SubjectKind},
 };
 use crate::api::{
-    ClusterImagePullSecretManager, ImagePullSecretManager, Injection, ManagerStatus, Mode,
-    PullSecretEntry,
+    ClusterImagePullSecretManager, ImagePullSecretManager, Injection, InvalidGlob, ManagerStatus,
+    Mode, NamespaceGlob, PullSecretEntry,
 };
 
 /// Which of the two kinds a manager is.

@@ -3,9 +3,11 @@
 
 mod index;
 mod manager;
+mod namespace;
 mod pairs;
 mod registries;
 mod scope;
+mod subject;
 mod view;
 
 #[cfg(test)]
@@ -14,57 +16,16 @@ mod tests;
 pub use crate::api::{InvalidGlob, NamespaceGlob};
 pub use index::ManagerIndex;
 pub use manager::{InvalidManager, Manager, ManagerId, ManagerKind, live_managers};
+pub use namespace::NamespaceMeta;
 pub use pairs::Pairs;
 pub use registries::{Image, MAX_REGISTRIES, Registries, RegistryList};
 pub use scope::{NamespaceSelector, Scope};
-pub use view::{NamespaceMeta, StaticView, View, WithNamespace};
+pub use subject::{Subject, SubjectKind};
+pub use view::{StaticView, View, WithNamespace};
 
 use std::collections::BTreeMap;
 
-use crate::api::{Injection, Mode, annotation};
-
-/// The kind of object being admitted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SubjectKind {
-    /// A Pod (managers in mode `Pod`).
-    Pod,
-    /// A ServiceAccount (managers in mode `ServiceAccount`).
-    ServiceAccount,
-}
-
-impl SubjectKind {
-    /// The mode of manager that acts on this kind.
-    pub fn mode(self) -> Mode {
-        match self {
-            SubjectKind::Pod => Mode::Pod,
-            SubjectKind::ServiceAccount => Mode::ServiceAccount,
-        }
-    }
-
-    /// The Kubernetes kind name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SubjectKind::Pod => "Pod",
-            SubjectKind::ServiceAccount => "ServiceAccount",
-        }
-    }
-}
-
-/// What the policy needs to know of the object being admitted.
-#[derive(Clone, Copy, Debug)]
-pub struct Subject<'a> {
-    /// Pod or ServiceAccount.
-    pub kind: SubjectKind,
-    /// `metadata.name`; empty for a Pod created with only `generateName`.
-    pub name: &'a str,
-    /// The object's labels.
-    pub labels: &'a BTreeMap<String, String>,
-    /// The object's annotations.
-    pub annotations: &'a BTreeMap<String, String>,
-    /// The image references a Pod pulls (all its containers), as written; empty for a
-    /// ServiceAccount. Read only by managers with `injection: MatchingImages`.
-    pub images: &'a [String],
-}
+use crate::api::{Injection, annotation};
 
 /// Why an object gets no pull secrets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

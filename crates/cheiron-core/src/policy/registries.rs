@@ -19,7 +19,7 @@ use crate::{
 pub const MAX_REGISTRIES: usize = 32;
 
 /// The registry keys of one Secret, parsed once. Compared and hashed by the text the kubelet
-/// reads, so equal lists can be shared between managers ([`super::ManagerIndex`] interns
+/// reads, so equal lists can be shared between managers ([`super::index::ManagerIndex`] interns
 /// them).
 #[derive(Debug)]
 pub struct RegistryList {

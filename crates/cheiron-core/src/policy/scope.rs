@@ -4,7 +4,8 @@ use std::fmt;
 
 use kube::core::{Expression, Selector};
 
-use super::{NamespaceGlob, NamespaceMeta, Pairs};
+use super::{namespace::NamespaceMeta, pairs::Pairs};
+use crate::api::NamespaceGlob;
 use crate::api::SYSTEM_NAMESPACES;
 
 /// The namespaces a manager acts on.

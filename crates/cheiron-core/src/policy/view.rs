@@ -7,39 +7,7 @@ use std::{
     sync::Arc,
 };
 
-use super::{Manager, ManagerIndex, Pairs};
-
-/// The parts of a Namespace the policy reads.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NamespaceMeta {
-    /// `metadata.name`.
-    pub name: String,
-    /// `metadata.labels`.
-    pub labels: Pairs,
-    /// `metadata.annotations`.
-    pub annotations: Pairs,
-}
-
-impl NamespaceMeta {
-    /// A namespace with no labels or annotations.
-    pub fn named(name: impl Into<String>) -> Self {
-        Self {
-            name: name.into(),
-            ..Self::default()
-        }
-    }
-
-    /// The policy's view of a Namespace's metadata.
-    pub fn from_metadata(
-        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    ) -> Self {
-        Self {
-            name: meta.name.clone().unwrap_or_default(),
-            labels: meta.labels.iter().flatten().collect(),
-            annotations: meta.annotations.iter().flatten().collect(),
-        }
-    }
-}
+use super::{index::ManagerIndex, manager::Manager, namespace::NamespaceMeta};
 
 /// A consistent read-only view for admission decisions.
 pub trait View: Send + Sync {

@@ -8,7 +8,7 @@
 //! pair is also re-read every [`RELOAD_PERIOD`] whatever happens.
 
 use std::{
-    fmt, io,
+    io,
     path::{Path, PathBuf},
     sync::Arc,
     time::Duration,
@@ -21,12 +21,12 @@ use notify::{
 use tokio::{io::AsyncReadExt, sync::Notify, time::MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use super::{CertResolver, ServingKey, TlsError};
+use super::{
+    key::ServingKey,
+    pem::{CERT_FILE, KEY_FILE, PemPair, TlsError},
+    resolver::CertResolver,
+};
 
-/// The certificate chain file in `--tls-cert-dir` (the `kubernetes.io/tls` Secret key).
-pub const CERT_FILE: &str = "tls.crt";
-/// The private key file in `--tls-cert-dir` (the `kubernetes.io/tls` Secret key).
-pub const KEY_FILE: &str = "tls.key";
 /// How often `--tls-cert-dir` is re-read even when no change was noticed.
 pub const RELOAD_PERIOD: Duration = Duration::from_secs(2);
 /// How long to let an update of the directory finish after the first change is noticed
@@ -34,24 +34,6 @@ pub const RELOAD_PERIOD: Duration = Duration::from_secs(2);
 /// an in-place rotation writes two files. Reading in between could see half of it (rejected,
 /// and read again on the next change, but logged as a bad pair).
 pub const WATCH_SETTLE: Duration = Duration::from_millis(50);
-
-/// The contents of `tls.crt` and `tls.key`. Its `Debug` never shows the key.
-#[derive(Clone, PartialEq, Eq)]
-pub struct PemPair {
-    /// PEM certificate chain, end-entity first.
-    pub cert: Vec<u8>,
-    /// PEM private key.
-    pub key: Vec<u8>,
-}
-
-impl fmt::Debug for PemPair {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PemPair")
-            .field("cert", &format_args!("{} bytes", self.cert.len()))
-            .field("key", &"<redacted>")
-            .finish()
-    }
-}
 
 /// A directory holding `tls.crt` and `tls.key`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use rustls::{
     sign::CertifiedKey,
 };
 
-use super::{CERT_FILE, KEY_FILE, PemPair, TlsError};
+use super::pem::{CERT_FILE, KEY_FILE, PemPair, TlsError};
 
 /// Names the self-signed certificate is valid for: enough for local runs and tests.
 const SELF_SIGNED_NAMES: [&str; 3] = ["localhost", "127.0.0.1", "::1"];

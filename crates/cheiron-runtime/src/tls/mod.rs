@@ -10,16 +10,16 @@
 
 mod dir;
 mod key;
+mod pem;
 mod resolver;
 
 use std::{path::PathBuf, sync::Arc};
 
 use rustls::{ServerConfig, crypto::ring};
 
-pub use dir::{
-    CERT_FILE, CertDir, KEY_FILE, PemPair, RELOAD_PERIOD, Reload, Reloader, WATCH_SETTLE,
-};
+pub use dir::{CertDir, RELOAD_PERIOD, Reload, Reloader, WATCH_SETTLE};
 pub use key::ServingKey;
+pub use pem::{CERT_FILE, KEY_FILE, PemPair, TlsError};
 pub use resolver::CertResolver;
 
 /// Where the serving certificate comes from.
@@ -29,42 +29,6 @@ pub enum TlsSource {
     SelfSigned,
     /// `--tls-cert-dir`: `tls.crt` and `tls.key` in this directory, reloaded on change.
     Dir(PathBuf),
-}
-
-/// Why a certificate could not be loaded or a TLS configuration built.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    /// A file could not be read.
-    #[error("cannot read {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// A file that is not valid PEM.
-    #[error("{file}: invalid PEM: {source}")]
-    Pem {
-        /// [`CERT_FILE`] or [`KEY_FILE`].
-        file: &'static str,
-        /// What is wrong.
-        source: rustls::pki_types::pem::Error,
-    },
-    /// `tls.crt` holds no `CERTIFICATE` block.
-    #[error("{CERT_FILE}: no PEM certificate found")]
-    NoCertificate,
-    /// The certificate's DER cannot be parsed (so its validity cannot be read).
-    #[error("{CERT_FILE}: cannot parse the certificate: {0}")]
-    Certificate(String),
-    /// The key is unusable or does not belong to the certificate.
-    #[error("{CERT_FILE} and {KEY_FILE} do not form a usable pair: {0}")]
-    Pair(#[source] rustls::Error),
-    /// rcgen failed to generate a self-signed certificate.
-    #[error("cannot generate a self-signed certificate: {0}")]
-    SelfSigned(#[source] rcgen::Error),
-    /// rustls rejected the server configuration.
-    #[error("invalid TLS server configuration: {0}")]
-    Config(#[source] rustls::Error),
 }
 
 /// The rustls configuration of the webhook: TLS 1.2 and 1.3 with the ring provider, no client

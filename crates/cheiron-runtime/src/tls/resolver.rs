@@ -8,7 +8,7 @@ use rustls::{
     sign::CertifiedKey,
 };
 
-use super::{ServingKey, TlsError};
+use super::{key::ServingKey, pem::TlsError};
 
 /// Serves whichever certificate was swapped in last. Handshakes read it lock-free; rotation
 /// ([`CertResolver::swap`]) is one atomic store, and connections already established keep

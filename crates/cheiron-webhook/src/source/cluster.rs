@@ -404,7 +404,7 @@ impl Source for ClusterSource {
     /// refused here, whatever the caller checked.
     fn lookup_namespace<'a>(&'a self, name: &'a str) -> BoxFuture<'a, NamespaceLookup> {
         Box::pin(async move {
-            if !super::is_namespace_name(name) {
+            if !super::lookup::is_namespace_name(name) {
                 // Not logged: the name is the client's, of any length.
                 tracing::warn!(
                     bytes = name.len(),
