@@ -131,6 +131,14 @@ impl From<&cheiron_core::policy::ManagerId> for ManagerRef {
     }
 }
 
+/// A manager's `namespace/name` (or `name`), the key of its readiness gauge.
+pub(crate) fn manager_key<K: ManagerObject>(manager: &K) -> String {
+    match manager.namespace() {
+        Some(namespace) => format!("{namespace}/{}", manager.name_any()),
+        None => manager.name_any(),
+    }
+}
+
 /// The managers of both kinds, as the controllers' stores hold them.
 #[derive(Clone)]
 pub struct ManagerStores {

@@ -35,7 +35,7 @@ use serde_json::json;
 use crate::{
     context::Context,
     error::ControllerError,
-    kinds::ManagerObject,
+    kinds::{ManagerObject, manager_key},
     plan,
     plan::FIELD_MANAGER,
     pull_entries::ServiceAccountReport,
@@ -401,14 +401,6 @@ async fn publish_check_change<K: ManagerObject>(
         secondary: None,
     };
     ctx.publish(&event, &manager.object_ref(&())).await;
-}
-
-/// A manager's `namespace/name` (or `name`), the key of its readiness gauge.
-fn manager_key<K: ManagerObject>(manager: &K) -> String {
-    match manager.namespace() {
-        Some(namespace) => format!("{namespace}/{}", manager.name_any()),
-        None => manager.name_any(),
-    }
 }
 
 mod cleanup;

@@ -7,6 +7,7 @@
 mod admission;
 mod connections;
 mod credentials;
+mod family;
 mod fleet;
 mod health;
 mod operations;
@@ -18,6 +19,7 @@ pub use admission::{
 };
 pub use connections::{ClosedLabels, ConnectionMetrics, ListenerLabels, RefusedLabels};
 pub use credentials::{CredentialMetrics, ProviderCallLabels, ProviderLabels};
+pub use family::HistogramFamily;
 pub use fleet::{ClusterLabels, ClusterSyncLabels, FleetMetrics};
 pub use health::{
     AllowanceLabels, CheckedKindLabels, HealthMetrics, PullFailureLabels, RegistryCheckLabels,
@@ -26,7 +28,7 @@ pub use operations::{ManagerReadiness, Operations};
 pub use process::ProcessCollector;
 use prometheus_client::{
     encoding::EncodeLabelSet,
-    metrics::{family::Family, gauge::Gauge, histogram::Histogram},
+    metrics::{family::Family, gauge::Gauge},
     registry::{Registry, Unit},
 };
 pub use reconcile::{
@@ -35,9 +37,6 @@ pub use reconcile::{
 
 /// The `Content-Type` of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// A histogram family whose histograms all share one set of buckets.
-pub type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Labels of `cheiron_build_info`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

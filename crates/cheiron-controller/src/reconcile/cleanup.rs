@@ -20,11 +20,10 @@ use kube::{
     },
 };
 
-use super::manager_key;
 use crate::{
     context::Context,
     error::ControllerError,
-    kinds::ManagerObject,
+    kinds::{ManagerObject, manager_key},
     plan::{self, SecretMetadata, Stale, belongs_to},
     pull_entries::ServiceAccountReport,
     secrets::SecretRecord,

@@ -4,7 +4,7 @@
 use kube::{Api, Client, Resource, api::ListParams};
 use serde::de::DeserializeOwned;
 
-use super::{ClusterImagePullSecretManager, ImagePullSecretManager};
+use cheiron_core::api::{ClusterImagePullSecretManager, ImagePullSecretManager};
 
 /// Why cheiron cannot work with the cluster's API.
 #[derive(Debug, thiserror::Error)]

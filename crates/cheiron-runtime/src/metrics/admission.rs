@@ -9,7 +9,7 @@ use prometheus_client::{
     registry::{Registry, Unit},
 };
 
-use super::HistogramFamily;
+use super::family::HistogramFamily;
 
 /// Admission latency buckets, in seconds: a review takes microseconds, so they start at 100 µs.
 const ADMISSION_BUCKETS: [f64; 15] = [

@@ -9,7 +9,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use super::ReconcileLabels;
+use super::reconcile::ReconcileLabels;
 
 /// `cheiron_managers_not_ready{kind}`: managers whose last written status is not `Ready`.
 /// Each manager's state is kept by name, so a manager reported twice counts once and a

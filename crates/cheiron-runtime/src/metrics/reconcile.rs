@@ -10,7 +10,7 @@ use prometheus_client::{
     registry::{Registry, Unit},
 };
 
-use super::HistogramFamily;
+use super::family::HistogramFamily;
 
 /// Reconcile duration buckets, in seconds: a reconcile writes to the API server.
 const RECONCILE_BUCKETS: [f64; 13] = [
