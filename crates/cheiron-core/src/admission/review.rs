@@ -6,7 +6,10 @@ use kube::core::{
 };
 use serde_json::Value;
 
-use super::{MutationResult, mutate_interpreted, subject::AdmittedObject, subject::interpret};
+use super::{
+    mutate::{MutationResult, mutate_interpreted},
+    subject::{AdmittedObject, interpret},
+};
 use crate::policy::{Skip, SubjectKind, View};
 
 /// A body that is not an AdmissionReview with a request (HTTP 400).
