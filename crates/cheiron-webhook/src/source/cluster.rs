@@ -31,8 +31,11 @@ use kube::{Api, Client, Resource, core::PartialObjectMeta, runtime::watcher};
 use serde::de::DeserializeOwned;
 
 use super::{
-    NAMESPACE_LOOKUP_TIMEOUT, NamespaceLookup, Source, namespaces::NamespaceTable,
-    secrets::SecretSet, symbols::Symbols,
+    contract::Source,
+    lookup::{NAMESPACE_LOOKUP_TIMEOUT, NamespaceLookup},
+    namespaces::NamespaceTable,
+    secrets::SecretSet,
+    symbols::Symbols,
 };
 
 /// A [`Source`] over the webhook's watches. Ready once both manager kinds are listed and the

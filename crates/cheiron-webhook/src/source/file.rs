@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 use serde::de::DeserializeOwned;
 
-use super::Source;
+use super::contract::Source;
 
 /// Why `--from` could not be loaded. Each renders as one line naming the file and document.
 #[derive(Debug, thiserror::Error)]

@@ -7,7 +7,9 @@
 //! misses are rate-limited by a token bucket. A refused lookup admits the object unchanged,
 //! with a warning, as a failed one does.
 //!
-//! Pure: every decision takes the current [`Instant`], so tests drive the clock.
+//! Pure: every decision takes the current [`Instant`], so tests drive the clock. Here too: how
+//! long a lookup and a wait for the namespaces' list may take, and a lookup's answer
+//! ([`NamespaceLookup`]).
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -18,7 +20,37 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::NamespaceLookup;
+use cheiron_core::policy::NamespaceMeta;
+
+/// How long a live namespace lookup may take before the object is admitted unchanged.
+pub const NAMESPACE_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long after its arrival a review whose namespace the view lacks, and could not be looked
+/// up, may wait for the view's first list of namespaces (only while that list is coming in:
+/// the webhook is ready before it, docs/design.md §5, Readiness). Below the chart's 5 s
+/// `timeoutSeconds`, so that the API server gets an answer, not a timeout.
+pub const NAMESPACE_LIST_WAIT: Duration = Duration::from_secs(3);
+
+/// Namespace lookups that may be in flight at once beyond the rate ([`LookupLimits`]) while
+/// the view's first list of namespaces is coming in: then every review whose namespace is not
+/// listed yet needs one, and the rate's burst (20) would leave the rest waiting for the list.
+/// Each is one GET of a namespace's metadata (milliseconds), so this bounds what a client
+/// sending reviews can make the webhook ask the API server for to a few seconds of this
+/// many GETs at a time, once per start.
+pub const LISTING_LOOKUPS_IN_FLIGHT: usize = 16;
+
+/// The answer to a namespace lookup that missed the view.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NamespaceLookup {
+    /// Found (live): use these labels and annotations.
+    Found(NamespaceMeta),
+    /// Could not be looked up: the object must be admitted unchanged rather than guessed at
+    /// (an opt-out annotation could be missed).
+    Unknown,
+    /// This source does not track namespaces beyond the view: a namespace it does not list has
+    /// no labels or annotations (static mode).
+    Untracked,
+}
 
 /// Longest namespace name (a DNS-1123 label).
 pub const MAX_NAMESPACE_NAME_BYTES: usize = 63;
