@@ -5,8 +5,10 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    entry::Injection, entry::Mode, entry::PullSecretEntry, entry::Verify, fleet::ClusterSelection,
-    rules, status::ManagerStatus,
+    entry::{Injection, Mode, PullSecretEntry, Verify},
+    fleet::ClusterSelection,
+    rules,
+    status::ManagerStatus,
 };
 
 /// Injects pull secrets into Pods or ServiceAccounts of every namespace it selects.

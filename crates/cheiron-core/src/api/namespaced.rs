@@ -5,7 +5,8 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    entry::Injection, entry::Mode, entry::PullSecretEntry, entry::Verify, rules,
+    entry::{Injection, Mode, PullSecretEntry, Verify},
+    rules,
     status::ManagerStatus,
 };
 

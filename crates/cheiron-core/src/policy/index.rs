@@ -22,8 +22,10 @@ use std::{
 use kube::core::Expression;
 
 use super::{
-    manager::Manager, manager::ManagerId, namespace::NamespaceMeta, registries::Registries,
-    registries::RegistryList, scope::Scope,
+    manager::{Manager, ManagerId},
+    namespace::NamespaceMeta,
+    registries::{Registries, RegistryList},
+    scope::Scope,
 };
 
 /// Where a manager is filed.

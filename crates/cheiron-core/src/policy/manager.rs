@@ -9,11 +9,10 @@ use kube::{
     core::{ParseExpressionError, Selector, SelectorExt},
 };
 
-use super::registries::{Image, RegistryList};
 use super::{
     namespace::NamespaceMeta,
     registries,
-    registries::Registries,
+    registries::{Image, Registries, RegistryList},
     scope::{NamespaceSelector, Scope},
     subject::{Subject, SubjectKind},
 };

@@ -5,8 +5,7 @@ use std::fmt;
 use kube::core::{Expression, Selector};
 
 use super::{namespace::NamespaceMeta, pairs::Pairs};
-use crate::api::NamespaceGlob;
-use crate::api::SYSTEM_NAMESPACES;
+use crate::api::{NamespaceGlob, SYSTEM_NAMESPACES};
 
 /// The namespaces a manager acts on.
 #[derive(Clone, Debug)]

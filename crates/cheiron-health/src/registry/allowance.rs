@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::Allowance;
+use cheiron_core::health::Allowance;
 
 /// The scope of the token whose manifest `HEAD` carries the allowance.
 pub const ALLOWANCE_SCOPE: &str = "repository:ratelimitpreview/test:pull";

@@ -3,12 +3,15 @@
 
 use std::time::Duration;
 
+use cheiron_core::health::Allowance;
 use reqwest::{Response, StatusCode, Url, header};
 use tokio::time::Instant;
 
-use super::allowance::{self, ALLOWANCE_PATH, ALLOWANCE_SCOPE};
-use super::challenge::{self, Auth};
-use super::{Allowance, Credential, Target, Verdict};
+use super::{
+    allowance::{self, ALLOWANCE_PATH, ALLOWANCE_SCOPE},
+    challenge::{self, Auth},
+    check::{Credential, Target, Verdict},
+};
 
 /// How long one check may take in all, from the first connection to the last byte.
 pub const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(10);

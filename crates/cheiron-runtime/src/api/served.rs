@@ -1,10 +1,9 @@
 //! Whether the cluster serves this API: checked once at start-up, so that a cluster without
 //! the CRDs gets one line saying how to install them instead of a watch that retries forever.
 
+use cheiron_core::api::{ClusterImagePullSecretManager, ImagePullSecretManager};
 use kube::{Api, Client, Resource, api::ListParams};
 use serde::de::DeserializeOwned;
-
-use cheiron_core::api::{ClusterImagePullSecretManager, ImagePullSecretManager};
 
 /// Why cheiron cannot work with the cluster's API.
 #[derive(Debug, thiserror::Error)]

@@ -1,13 +1,12 @@
 //! The one place where a request that cannot be answered becomes an HTTP response.
 
+use std::net::SocketAddr;
+
 use axum::{
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
 use cheiron_core::admission::InvalidReview;
-
-use std::net::SocketAddr;
-
 use cheiron_runtime::tls::TlsError;
 
 use super::limits::MAX_BODY_BYTES;
