@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
-use crate::Result;
+use cheiron_harness::Result;
 
 /// The ~15 KB Pod of the webhook benchmark's review (`tests/data/pod-create-replicaset.json`,
 /// its first container's environment grown), as a client creates it: no owner, the namespace's

@@ -29,7 +29,7 @@ use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use crate::Result;
+use cheiron_harness::Result;
 
 #[derive(Deserialize)]
 struct Review<'a> {

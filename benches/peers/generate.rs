@@ -16,8 +16,10 @@ use kube::{Api, Client, ResourceExt, api::PostParams, runtime::watcher};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+use cheiron_harness::Result;
+
 use crate::{
-    Args, Result,
+    args::Args,
     servers::Server,
     setup::{
         Bench, GENERATE, KYVERNO_SEES, SOURCES, apply_yaml, create_namespace, create_pull_secret,
@@ -288,13 +290,16 @@ spec:
     }
     for (w, mut l) in latencies {
         l.sort();
-        let (p50, p99) = (crate::quantile_ms(&l, 0.5), crate::quantile_ms(&l, 0.99));
+        let (p50, p99) = (
+            crate::setup::quantile_ms(&l, 0.5),
+            crate::setup::quantile_ms(&l, 0.99),
+        );
         eprintln!(
             "[peers] controller {w}: new namespace → Secret present p50 {p50:.1} ms p99 {p99:.1} ms"
         );
         out.insert(
             format!("{w}_new_namespace_ms"),
-            json!({"p50": p50, "p99": p99, "max": crate::quantile_ms(&l, 1.0)}),
+            json!({"p50": p50, "p99": p99, "max": crate::setup::quantile_ms(&l, 1.0)}),
         );
     }
     watch.abort();

@@ -12,11 +12,12 @@ use kube::{
 };
 use serde_json::{Value, json};
 
+use cheiron_harness::Result;
+
 use crate::{
-    Args, Result,
+    args::Args,
     fixture::{mutated, pod},
-    quantile_ms,
-    setup::{Bench, histogram_sum_count},
+    setup::{Bench, histogram_sum_count, quantile_ms},
 };
 
 /// cheiron's own handler-time histogram (request received to response written).

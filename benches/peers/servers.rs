@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::Result;
+use cheiron_harness::Result;
 
 /// What a process was started with: program, arguments, environment changes (`None`
 /// removes the variable).

@@ -33,8 +33,10 @@ use kube::{
 };
 use serde_json::{Value, json};
 
+use cheiron_harness::Result;
+
 use crate::{
-    Args, Result,
+    args::Args,
     servers::{Memory, Server},
 };
 
@@ -831,4 +833,13 @@ async fn install_kyverno_crds(client: &Client, dir: &Path) -> Result {
     eprintln!("[peers] kyverno: {} CRDs installed", names.len());
     let _ = ApiResource::erase::<Secret>(&());
     Ok(())
+}
+
+/// Nearest-rank quantile (0..=1) of sorted samples, in milliseconds.
+pub fn quantile_ms(sorted: &[std::time::Duration], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((sorted.len() as f64) * q).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1].as_secs_f64() * 1000.0
 }

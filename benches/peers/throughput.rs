@@ -6,7 +6,9 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::{Args, Result, fixture::review_json, setup::Bench};
+use cheiron_harness::Result;
+
+use crate::{args::Args, fixture::review_json, setup::Bench};
 
 /// Connections (h2load clients).
 const CLIENTS: usize = 8;

@@ -28,10 +28,9 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use crate::{
-    Result,
-    objects::{self, Shape, index_of, namespace},
-};
+use cheiron_harness::Result;
+
+use crate::objects::{self, Shape, index_of, namespace};
 
 /// Managers reconciled at once by the controller (its `--concurrency`-like default for one
 /// kind), and by the bare client.

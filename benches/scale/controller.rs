@@ -20,12 +20,14 @@ use kube::{
 };
 use serde_json::json;
 
+use cheiron_harness::Result;
+
 use crate::{
-    Result, Row,
     bare::{self, MANAGERS_AT_ONCE, WRITES_IN_FLIGHT},
     convergence::Convergence,
     objects::{self, SOURCES, Shape, cluster_manager_name, index_of, many, namespace},
     process::{self, Cheiron, CpuMeter, mib},
+    row::Row,
 };
 
 /// The controller's `--resync`, in seconds.

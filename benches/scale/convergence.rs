@@ -15,10 +15,9 @@ use kube::{
 };
 use tokio::sync::oneshot;
 
-use crate::{
-    Result,
-    objects::{Shape, cluster_secret, index_of},
-};
+use cheiron_harness::Result;
+
+use crate::objects::{Shape, cluster_secret, index_of};
 
 /// Watches of cheiron's Secrets and of the ServiceAccounts that note when every expected
 /// Secret exists and every ServiceAccount of the measured set has every expected entry.

@@ -34,49 +34,15 @@ mod controller;
 mod convergence;
 mod objects;
 mod process;
+mod row;
 mod webhook;
 
 use std::{collections::BTreeMap, fmt::Write as _, path::PathBuf, time::Instant};
 
-use cheiron_harness::{self as harness, ControlPlaneOptions, Scenario};
+use cheiron_harness::{self as harness, ControlPlaneOptions, Result, Scenario};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use kube::{Api, api::ListParams};
 use serde_json::Value;
-
-/// The error type of the benchmark.
-pub type Result<T = ()> = harness::Result<T>;
-
-/// One measured figure: its key in the results file, what it is, the value as printed, the
-/// target, and whether the target is met (if it has one).
-pub struct Row {
-    key: String,
-    metric: String,
-    value: String,
-    number: Value,
-    target: String,
-    met: Option<bool>,
-}
-
-impl Row {
-    /// A figure without a target.
-    pub fn info(key: &str, metric: String, value: String, number: impl Into<Value>) -> Self {
-        Self {
-            key: key.to_owned(),
-            metric,
-            value,
-            number: number.into(),
-            target: "—".to_owned(),
-            met: None,
-        }
-    }
-
-    /// A figure with a target.
-    pub fn target(mut self, target: &str, met: bool) -> Self {
-        self.target = target.to_owned();
-        self.met = Some(met);
-        self
-    }
-}
 
 /// `--name VALUE` from the command line.
 fn arg(name: &str) -> Option<String> {

@@ -16,7 +16,7 @@ use kube::{
 };
 use serde_json::json;
 
-use crate::Result;
+use cheiron_harness::Result;
 
 /// Creations in flight while setting up.
 pub const CREATE_CONCURRENCY: usize = 32;

@@ -9,7 +9,7 @@ use std::{
 
 use cheiron_harness::{Cluster, free_ports};
 
-use crate::Result;
+use cheiron_harness::Result;
 
 /// A `cheiron` subcommand running against the cluster as `admin`, killed on every way out.
 pub struct Cheiron {

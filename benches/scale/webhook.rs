@@ -17,10 +17,12 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::{Api, Client, api::ListParams, core::PartialObjectMeta, runtime::watcher};
 use serde_json::json;
 
+use cheiron_harness::Result;
+
 use crate::{
-    Result, Row,
     objects::{self, CLUSTER_MANAGERS, cluster_manager_name, cluster_secret, many, namespace},
     process::{self, Cheiron, mib},
+    row::Row,
 };
 
 /// Reviews timed in process.
