@@ -283,7 +283,7 @@ impl CredentialProviders {
             }
         }
         drop(slots);
-        self.inner.update_expiry_metric();
+        self.inner.expiry_changed();
     }
 
     /// The slot of `key`, started if new, with `manager` subscribed.
@@ -302,7 +302,11 @@ impl CredentialProviders {
     }
 }
 
-impl Inner {
+impl Host for Inner {
+    fn calls(&self) -> &Calls {
+        &self.calls
+    }
+
     fn notify(&self, managers: &[ManagerId]) {
         let notify = self.notify.lock().ok().and_then(|n| n.clone());
         if let Some(notify) = notify {
@@ -314,7 +318,7 @@ impl Inner {
 
     /// Sets `cheiron_credential_expiry_timestamp_seconds{provider}` to the soonest expiry of
     /// each provider's current credentials.
-    fn update_expiry_metric(&self) {
+    fn expiry_changed(&self) {
         let Some(metrics) = &self.calls.metrics else {
             return;
         };
@@ -340,20 +344,6 @@ impl Inner {
                 .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
             metrics.credentials.set_expiry(&provider, seconds);
         }
-    }
-}
-
-impl Host for Inner {
-    fn calls(&self) -> &Calls {
-        &self.calls
-    }
-
-    fn notify(&self, managers: &[ManagerId]) {
-        Inner::notify(self, managers);
-    }
-
-    fn expiry_changed(&self) {
-        self.update_expiry_metric();
     }
 }
 

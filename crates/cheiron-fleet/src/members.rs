@@ -92,7 +92,7 @@ pub(crate) struct Member<C> {
     pub(crate) capped: bool,
 }
 
-// By hand: derived, they would ask `C` to be `Default` (and `Clone`), which a connection is not.
+// By hand: derived, it would ask `C` to be `Default`, which a connection is not.
 impl<C> Default for Member<C> {
     fn default() -> Self {
         Self {
@@ -100,17 +100,6 @@ impl<C> Default for Member<C> {
             secret_version: String::new(),
             workload: None,
             capped: false,
-        }
-    }
-}
-
-impl<C> Clone for Member<C> {
-    fn clone(&self) -> Self {
-        Self {
-            secret_labels: self.secret_labels.clone(),
-            secret_version: self.secret_version.clone(),
-            workload: self.workload.clone(),
-            capped: self.capped,
         }
     }
 }
