@@ -350,3 +350,85 @@ impl Slot {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(image: &str) -> Key {
+        Key {
+            provider: "p".to_owned(),
+            image: image.to_owned(),
+            service_account: None,
+        }
+    }
+
+    #[test]
+    fn retries_double_from_the_first_and_stop_at_the_longest() {
+        let policy = RefreshPolicy::default();
+        let waits: Vec<Duration> = (1..=8).map(|n| policy.retry_after(n)).collect();
+        let secs = |s| Duration::from_secs(s);
+        assert_eq!(
+            waits,
+            [
+                secs(1),
+                secs(2),
+                secs(4),
+                secs(8),
+                secs(16),
+                secs(32),
+                secs(60),
+                secs(60)
+            ]
+        );
+        // However many failures, no overflow and no wait past the cap.
+        assert_eq!(policy.retry_after(u32::MAX), MAX_RETRY);
+        // Retry 0 does not exist; it is read as the first.
+        assert_eq!(policy.retry_after(0), FIRST_RETRY);
+    }
+
+    #[test]
+    fn a_refresh_comes_at_the_fraction_of_the_life_spread_by_the_jitter() {
+        let policy = RefreshPolicy::default();
+        let life = Duration::from_secs(1000);
+        let (low, high) = (
+            life.mul_f64(REFRESH_FRACTION * (1.0 - JITTER)),
+            life.mul_f64(REFRESH_FRACTION * (1.0 + JITTER)),
+        );
+        let waits: BTreeSet<Duration> = (0..200)
+            .map(|i| policy.refresh_after(&key(&format!("r.example/app-{i}")), 1, life))
+            .collect();
+        for wait in &waits {
+            assert!(
+                (low..=high).contains(wait),
+                "{wait:?} outside {low:?}..={high:?}"
+            );
+        }
+        // Spread: keys fetched together do not all refresh together.
+        assert!(
+            waits.len() > 100,
+            "only {} distinct refresh times",
+            waits.len()
+        );
+        // The same key and fetch always wait the same; the next fetch draws again.
+        let k = key("r.example/app");
+        assert_eq!(
+            policy.refresh_after(&k, 3, life),
+            policy.refresh_after(&k, 3, life)
+        );
+    }
+
+    #[test]
+    fn short_lives_refresh_no_sooner_than_the_floor_and_uncached_ones_every_minute() {
+        let policy = RefreshPolicy::default();
+        let k = key("r.example/app");
+        assert_eq!(
+            policy.refresh_after(&k, 1, Duration::from_millis(10)),
+            MIN_REFRESH
+        );
+        assert_eq!(
+            policy.refresh_after(&k, 1, Duration::ZERO),
+            NO_CACHE_REFRESH
+        );
+    }
+}
