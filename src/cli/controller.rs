@@ -510,19 +510,19 @@ async fn lead_while_elected(
         .run(client, shutdown, |term| {
             let (leading, ready, errors) = (leading.clone(), ready.clone(), errors.clone());
             async move {
-                let metrics = leading.metrics.clone();
-                metrics.operations.leader.set(1);
-                if let Err(e) = lead(leading, ready.clone(), term).await {
+                // Back to standing by when the term ends, also when the election drops the
+                // work because it did not stop in time.
+                let _standing_by = StandingBy {
+                    metrics: leading.metrics.clone(),
+                    ready: ready.clone(),
+                };
+                leading.metrics.operations.leader.set(1);
+                if let Err(e) = lead(leading, ready, term).await {
                     tracing::error!(error = %e, "controller failed");
                     if let Ok(mut slot) = errors.lock() {
                         *slot = Some(e);
                     }
                 }
-                // Back to standing by.
-                metrics.operations.leader.set(0);
-                metrics.operations.managers.clear();
-                metrics.audit_findings.set(0);
-                ready.set(true);
             }
         })
         .await;
@@ -530,6 +530,22 @@ async fn lead_while_elected(
     match failed {
         Some(e) => Err(e.into()),
         None => Ok(()),
+    }
+}
+
+/// A replica's gauges and readiness as a standby, set when a term ends however it ends.
+struct StandingBy {
+    metrics: Arc<Metrics>,
+    ready: Arc<ReadyFlag>,
+}
+
+impl Drop for StandingBy {
+    fn drop(&mut self) {
+        self.metrics.operations.leader.set(0);
+        self.metrics.operations.managers.clear();
+        self.metrics.audit_findings.set(0);
+        // A standby replica is doing its job.
+        self.ready.set(true);
     }
 }
 

@@ -14,8 +14,9 @@
 //! `cheiron run` processes and a shared controller.
 //!
 //! The fault tests (`tests/reliability/`) start a [`ControlPlane`] per test, whose etcd and
-//! apiserver they stop and start again, with webhook replicas behind a [`service_proxy`] and
-//! Pod-create [`load`] through the apiserver.
+//! apiserver they stop and start again, with webhook replicas behind a [`service_proxy`],
+//! Pod-create [`load`] through the apiserver, and a [`partition`] between a process and its
+//! apiserver.
 //!
 //! The webhook tests, in process (`tests/admission_router.rs`) and over TLS
 //! (`tests/webhook_tls.rs`), share [`review`] and [`source`]: the AdmissionReview fixtures of
@@ -28,6 +29,7 @@ pub mod kubectl;
 pub mod load;
 pub mod node;
 mod objects;
+pub mod partition;
 mod process;
 pub mod review;
 mod scenario;

@@ -51,6 +51,13 @@ impl LeaderElection {
     fn renew_deadline(&self) -> Duration {
         self.lease_duration.mul_f64(2.0 / 3.0)
     }
+
+    /// How long a replica that is shutting down tries to give the Lease up: a third of the
+    /// lease, between 1 and 5 seconds. An apiserver that does not answer by then is left to
+    /// let the Lease expire (a standby takes over after a whole lease instead of at once).
+    fn release_timeout(&self) -> Duration {
+        (self.lease_duration / 3).clamp(Duration::from_secs(1), Duration::from_secs(5))
+    }
 }
 
 /// What this replica last saw of the Lease, and when (on its own clock).
@@ -205,6 +212,20 @@ impl LeaseClient {
             .await
     }
 
+    /// [`Self::try_acquire_or_renew`], given up after `within`: the client waits for an
+    /// answer as long as its connection stays open, and a connection whose packets are lost
+    /// (a partition, a node whose network died) stays open for many minutes.
+    async fn attempt(
+        &self,
+        observed: &mut Option<Observed>,
+        within: Duration,
+    ) -> Result<bool, String> {
+        match tokio::time::timeout(within, self.try_acquire_or_renew(observed)).await {
+            Ok(result) => result,
+            Err(_) => Err(format!("the apiserver did not answer within {within:?}")),
+        }
+    }
+
     /// Gives the Lease up if this replica holds it, so a standby takes over at its next look.
     async fn release(&self) {
         let Ok(Some(lease)) = self.api.get_opt(&self.election.name).await else {
@@ -250,7 +271,13 @@ impl LeaderElection {
         'standing_by: loop {
             // Stand by until this replica takes the lease.
             loop {
-                match leases.try_acquire_or_renew(&mut observed).await {
+                // An attempt the apiserver does not answer neither blocks the shutdown nor
+                // keeps this replica from trying again.
+                let attempt = tokio::select! {
+                    attempt = leases.attempt(&mut observed, deadline) => attempt,
+                    () = shutdown.cancelled() => return,
+                };
+                match attempt {
                     Ok(true) => break,
                     Ok(false) => failures_in_a_row = 0,
                     Err(message) => {
@@ -272,7 +299,10 @@ impl LeaderElection {
                 let mut renewed = Instant::now();
                 loop {
                     tokio::time::sleep(retry).await;
-                    match leases.try_acquire_or_renew(&mut observed).await {
+                    // Never past the renew deadline: a renewal the apiserver does not answer
+                    // must not keep this replica working once another may take the Lease.
+                    let left = deadline.saturating_sub(renewed.elapsed());
+                    match leases.attempt(&mut observed, left).await {
                         Ok(true) => renewed = Instant::now(),
                         Ok(false) => return "another replica holds the lease",
                         Err(message) => {
@@ -311,7 +341,13 @@ impl LeaderElection {
                 () = shutdown.cancelled() => break 'standing_by,
             }
         }
-        leases.release().await;
+        let within = self.release_timeout();
+        if tokio::time::timeout(within, leases.release())
+            .await
+            .is_err()
+        {
+            tracing::warn!(%lease, ?within, "could not release the lease in time; it expires by itself");
+        }
     }
 }
 
@@ -390,6 +426,15 @@ mod tests {
         };
         assert!(election.renew_deadline() + election.retry_period() < election.lease_duration);
         assert!(election.retry_period() <= Duration::from_secs(2));
+        // Shutting down, the Lease is given up within a third of the lease, 1 to 5 seconds.
+        assert_eq!(election.release_timeout(), Duration::from_secs(5));
+        for (lease, release) in [(1, 1), (6, 2), (60, 5)] {
+            let election = LeaderElection {
+                lease_duration: Duration::from_secs(lease),
+                ..election.clone()
+            };
+            assert_eq!(election.release_timeout(), Duration::from_secs(release));
+        }
     }
 
     #[tokio::test]
