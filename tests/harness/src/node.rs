@@ -766,6 +766,7 @@ impl NodeCluster {
         .await?;
 
         let cluster = Self {
+            pod_logs: dir.join("pod-logs"),
             dir,
             tools,
             registry,
@@ -773,7 +774,6 @@ impl NodeCluster {
             node_mode_host,
             node_credentials,
             kubelet_root: kubelet_root(&state),
-            pod_logs: state.join("logs"),
             cheiron_host: host,
             short_lived,
             plugin_bin_dir: provider.bin_dir,
@@ -1071,7 +1071,16 @@ async fn start_node(
     std::fs::write(state.join("bridge"), &bridge)?;
     let subnet = 200 + (id.bytes().map(u32::from).sum::<u32>() % 50);
     let gateway = format!("10.213.{subnet}.1");
-    run(Command::new("ip").args(["link", "add", "name", &bridge, "type", "bridge"]))?;
+    // A fixed address: a bridge without one takes the lowest address among its ports, so
+    // removing the veth of a Pod that held it (any Pod that ends) changes the gateway's MAC
+    // under the other Pods, whose cached neighbour entry then points nowhere until it ages
+    // out (tens of seconds of a Pod unreachable: probes fail, the kubelet restarts it).
+    // 0a:58 and the IPv4 address, as Kubernetes' CNI plugins derive a MAC (locally
+    // administered, unicast).
+    let mac = format!("0a:58:0a:d5:{subnet:02x}:01");
+    run(Command::new("ip").args([
+        "link", "add", "name", &bridge, "address", &mac, "type", "bridge",
+    ]))?;
     for address in [
         format!("{gateway}/24"),
         format!("{KUBERNETES_SERVICE_IP}/32"),
@@ -1080,7 +1089,10 @@ async fn start_node(
     }
     run(Command::new("ip").args(["link", "set", &bridge, "up"]))?;
     forward_kubernetes_service(&control_plane.server)?;
-    let pod_logs = state.join("logs"); // NodeCluster::pod_logs
+    // In the run's directory, not the state the janitor removes: what every container printed
+    // is still there after the run, beside the kubelet's and containerd's logs (the directory
+    // a failing test names). NodeCluster::pod_logs.
+    let pod_logs = dir.join("pod-logs");
     std::fs::create_dir_all(&pod_logs)?;
     std::fs::write(state.join("pod-logs"), pod_logs.display().to_string())?;
 
