@@ -75,10 +75,7 @@ fn wanted(image: &str) -> Wanted {
 async fn a_lookup_never_waits_for_the_plugin_and_the_answer_triggers_the_manager()
 -> Result<(), String> {
     let (providers, dir) = gated("pending", DEFAULT_MAX_CONCURRENT_PLUGINS)?;
-    let (told, mut tell) = tokio::sync::mpsc::unbounded_channel();
-    providers.on_change(Arc::new(move |id: &ManagerId| {
-        let _ = told.send(id.clone());
-    }));
+    let mut tell = notices(&providers);
     let team = manager("team");
     let (key, lookup) = providers.lookup(&team, &wanted("gated.example.com/app"));
     assert!(key.is_some());
@@ -192,16 +189,26 @@ fn calls(dir: &std::path::Path) -> u32 {
         .unwrap_or(0)
 }
 
-/// Waits for notifications to `manager` until what it then looks up satisfies `wanted`: a
-/// manager looks again only when told, so every state it reaches must come with a notice.
-async fn told_until(
+/// The managers `providers` tell of a change, in order.
+fn notices(providers: &CredentialProviders) -> tokio::sync::mpsc::UnboundedReceiver<ManagerId> {
+    let (told, tell) = tokio::sync::mpsc::unbounded_channel();
+    providers.on_change(Arc::new(move |id: &ManagerId| {
+        let _ = told.send(id.clone());
+    }));
+    tell
+}
+
+/// Waits for notifications to `manager` until what it then looks up is a state `reached`
+/// takes something from: a manager looks again only when told, so every state it reaches
+/// must come with a notice.
+async fn told_until<T>(
     tell: &mut tokio::sync::mpsc::UnboundedReceiver<ManagerId>,
     providers: &CredentialProviders,
     manager: &ManagerId,
     image: &str,
     what: &str,
-    wanted_state: impl Fn(&Lookup) -> bool,
-) -> Result<Lookup, String> {
+    reached: impl Fn(Lookup) -> Option<T>,
+) -> Result<T, String> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let id = tokio::time::timeout_at(deadline, tell.recv())
@@ -215,9 +222,8 @@ async fn told_until(
         if id.as_ref() != Some(manager) {
             continue;
         }
-        let lookup = providers.lookup(manager, &wanted(image)).1;
-        if wanted_state(&lookup) {
-            return Ok(lookup);
+        if let Some(state) = reached(providers.lookup(manager, &wanted(image)).1) {
+            return Ok(state);
         }
     }
 }
@@ -236,58 +242,50 @@ async fn a_failed_refresh_keeps_the_last_good_credential_until_it_expires() -> R
             ..RefreshPolicy::default()
         },
     )?;
-    let (told, mut tell) = tokio::sync::mpsc::unbounded_channel();
-    providers.on_change(Arc::new(move |id: &ManagerId| {
-        let _ = told.send(id.clone());
-    }));
+    let mut tell = notices(&providers);
     let team = manager("team");
     let image = "flaky.example.com/app";
     let (key, _) = providers.lookup(&team, &wanted(image));
     providers.retain(&team, key.into_iter().collect());
 
-    let first = told_until(
+    let credential = told_until(
         &mut tell,
         &providers,
         &team,
         image,
         "the first answer",
-        |l| matches!(l, Lookup::Ready { failing: None, .. }),
+        |l| match l {
+            Lookup::Ready {
+                credential,
+                failing: None,
+                ..
+            } => Some(credential),
+            _ => None,
+        },
     )
     .await?;
-    let Lookup::Ready { credential, .. } = first else {
-        return Err(format!("{first:?}"));
-    };
     let expires_at = credential
         .expires_at
         .ok_or("a 3 s credential has an expiry")?;
 
     // The refresh fails: the good credential stays, with why the refresh failed.
-    let failing = told_until(
+    let (kept, why) = told_until(
         &mut tell,
         &providers,
         &team,
         image,
         "the failed refresh",
-        |l| {
-            matches!(
-                l,
-                Lookup::Ready {
-                    failing: Some(_),
-                    ..
-                }
-            )
+        |l| match l {
+            Lookup::Ready {
+                credential,
+                failing: Some(why),
+                ..
+            } => Some((credential, why)),
+            _ => None,
         },
     )
     .await?;
-    let Lookup::Ready {
-        credential: kept,
-        failing: Some(why),
-        ..
-    } = &failing
-    else {
-        return Err(format!("{failing:?}"));
-    };
-    assert_eq!(kept, &credential, "the last good credential is kept");
+    assert_eq!(kept, credential, "the last good credential is kept");
     assert!(SystemTime::now() < expires_at, "still valid while failing");
     assert!(
         !why.contains("secret-stderr"),
@@ -295,19 +293,23 @@ async fn a_failed_refresh_keeps_the_last_good_credential_until_it_expires() -> R
     );
 
     // At the expiry the manager is told, though no call succeeded or changed.
-    let expired = told_until(&mut tell, &providers, &team, image, "the expiry", |l| {
-        matches!(l, Lookup::Failed { .. })
-    })
+    let (message, expired_at) = told_until(
+        &mut tell,
+        &providers,
+        &team,
+        image,
+        "the expiry",
+        |l| match l {
+            Lookup::Failed {
+                message,
+                expired_at,
+                ..
+            } => Some((message, expired_at)),
+            _ => None,
+        },
+    )
     .await?;
-    let Lookup::Failed {
-        message,
-        expired_at,
-        ..
-    } = &expired
-    else {
-        return Err(format!("{expired:?}"));
-    };
-    assert_eq!(*expired_at, Some(expires_at));
+    assert_eq!(expired_at, Some(expires_at));
     assert!(
         message.contains("the last good credential expired") && message.contains("kept"),
         "{message}"
