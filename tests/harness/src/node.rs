@@ -766,7 +766,7 @@ impl NodeCluster {
         .await?;
 
         let cluster = Self {
-            pod_logs: dir.join("pod-logs"),
+            pod_logs: pod_logs(&dir),
             dir,
             tools,
             registry,
@@ -1022,6 +1022,13 @@ fn kubelet_root(state: &Path) -> PathBuf {
     state.join("kubelet")
 }
 
+/// The kubelet's `podLogsDir`: in the run's directory `dir`, not in the state the janitor
+/// removes, so what every container printed is still there after the run, beside the
+/// kubelet's and containerd's logs (the directory a failing test names).
+fn pod_logs(dir: &Path) -> PathBuf {
+    dir.join("pod-logs")
+}
+
 // Everything a node is made of, each built by the caller: one parameter each.
 #[allow(clippy::too_many_arguments)]
 async fn start_node(
@@ -1089,10 +1096,7 @@ async fn start_node(
     }
     run(Command::new("ip").args(["link", "set", &bridge, "up"]))?;
     forward_kubernetes_service(&control_plane.server)?;
-    // In the run's directory, not the state the janitor removes: what every container printed
-    // is still there after the run, beside the kubelet's and containerd's logs (the directory
-    // a failing test names). NodeCluster::pod_logs.
-    let pod_logs = dir.join("pod-logs");
+    let pod_logs = pod_logs(dir);
     std::fs::create_dir_all(&pod_logs)?;
     std::fs::write(state.join("pod-logs"), pod_logs.display().to_string())?;
 
