@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
+use cheiron_runtime::runtime::API_REQUEST_DEADLINE;
 use clap::Args;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
@@ -48,9 +49,10 @@ impl ClusterArgs {
         }
     }
 
-    /// A client of [`ClusterArgs::config`].
+    /// A client of [`ClusterArgs::config`], each request bounded in time
+    /// (docs/reliability.md, "A connection that stops answering").
     pub async fn client(&self, hint: &'static str) -> anyhow::Result<kube::Client> {
-        kube::Client::try_from(self.config(hint).await?)
+        cheiron_runtime::runtime::bounded_client(self.config(hint).await?, API_REQUEST_DEADLINE)
             .context("cannot build the Kubernetes client")
     }
 }

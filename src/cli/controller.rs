@@ -21,7 +21,7 @@ use crate::{
     metrics::Metrics,
     node,
     runtime::{
-        LeaderElection,
+        API_REQUEST_DEADLINE, LeaderElection,
         pace::{self, MAX_API_REQUESTS_IN_FLIGHT, Pace},
     },
     source::ClusterSource,
@@ -660,11 +660,12 @@ const NO_CLUSTER: &str =
     "cannot reach the cluster (set KUBECONFIG or --kubeconfig, or run in a Pod)";
 
 /// The controller's client: its requests paced to what the apiserver serves
-/// ([`crate::runtime::pace`]).
+/// ([`crate::runtime::pace`]) and each bounded in time ([`crate::runtime::deadline`]).
 async fn paced_client(cluster: &ClusterArgs) -> anyhow::Result<kube::Client> {
     let config = cluster.config(NO_CLUSTER).await?;
     let pace = Arc::new(Pace::new(MAX_API_REQUESTS_IN_FLIGHT));
-    pace::paced_client(config, pace).context("cannot build the Kubernetes client")
+    pace::paced_client(config, pace, API_REQUEST_DEADLINE)
+        .context("cannot build the Kubernetes client")
 }
 
 /// Arguments of `cheiron controller`.

@@ -66,7 +66,11 @@ pub(super) async fn client(
 ) -> anyhow::Result<(kube::Client, String)> {
     let config = cluster.config(hint).await?;
     let namespace = config.default_namespace.clone();
-    let client = kube::Client::try_from(config).context("cannot build the Kubernetes client")?;
+    let client = cheiron_runtime::runtime::bounded_client(
+        config,
+        cheiron_runtime::runtime::API_REQUEST_DEADLINE,
+    )
+    .context("cannot build the Kubernetes client")?;
     Ok((client, namespace))
 }
 

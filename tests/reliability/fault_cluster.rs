@@ -32,7 +32,9 @@ use crate::{
     harness::{
         Admitted, ControlPlane, ControlPlaneOptions, Result, Scenario,
         controller::{CheironProcess, Host, READY_WITHIN},
-        install_crds, register, run_dir, wait_for,
+        install_crds,
+        partition::Partition,
+        register, run_dir, wait_for,
     },
 };
 
@@ -101,6 +103,23 @@ impl FaultCluster {
             kubeconfig: kubeconfig.to_owned(),
             tls_dir: self.certificates.dir.clone(),
         }
+    }
+
+    /// A [`Partition`] in front of the apiserver, open, and an admin kubeconfig that reaches
+    /// the apiserver only through it (written as `<name>.kubeconfig` in the test's directory).
+    pub async fn partitioned(&self, name: &str) -> Result<(Partition, PathBuf)> {
+        let server = &self.control_plane.server;
+        let upstream = server
+            .strip_prefix("https://")
+            .ok_or_else(|| format!("apiserver address {server} is not https"))?
+            .parse()?;
+        let partition = Partition::start(upstream).await?;
+        let kubeconfig = self.dir.join(format!("{name}.kubeconfig"));
+        let admin = std::fs::read_to_string(&self.control_plane.admin_kubeconfig)?;
+        let proxied = admin.replace(server, &format!("https://{}", partition.address()));
+        assert_ne!(admin, proxied, "the kubeconfig names {server}");
+        std::fs::write(&kubeconfig, proxied)?;
+        Ok((partition, kubeconfig))
     }
 
     /// Registers the webhook at `https://<address>/mutate` with `failure_policy`.

@@ -13,7 +13,6 @@ use crate::{
     harness::{
         ControlPlaneOptions, Result,
         controller::{CheironProcess, READY_WITHIN},
-        partition::Partition,
         wait_for,
     },
 };
@@ -142,17 +141,7 @@ async fn a_leader_cut_off_from_the_apiserver_stops_leading_before_the_standby_ta
     let args = election_args(&lease_ns);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     // The leader-to-be reaches the apiserver only through the partition.
-    let server = cluster.control_plane.server.clone();
-    let upstream = server
-        .strip_prefix("https://")
-        .ok_or_else(|| format!("apiserver address {server} is not https"))?
-        .parse()?;
-    let partition = Partition::start(upstream).await?;
-    let kubeconfig = cluster.dir.join("partitioned.kubeconfig");
-    let admin = std::fs::read_to_string(&cluster.control_plane.admin_kubeconfig)?;
-    let proxied = admin.replace(&server, &format!("https://{}", partition.address()));
-    assert_ne!(admin, proxied, "the kubeconfig names {server}");
-    std::fs::write(&kubeconfig, proxied)?;
+    let (partition, kubeconfig) = cluster.partitioned("partitioned").await?;
 
     let leader = CheironProcess::controller_on(&cluster.host_as(&kubeconfig), "cut-off", &args)?;
     leader

@@ -9,6 +9,8 @@
 //! | webhook replicas SIGTERMed under load (rolling update) | zero failed admissions |
 //! | serving certificate rotated under load | zero failed handshakes, zero failed admissions |
 //! | leader SIGKILLed | the standby takes over within the lease and reconciles |
+//! | leader cut off from the apiserver (packets lost) | it stops leading before the standby takes over |
+//! | a connection to the apiserver stops answering | a request is given up at its deadline; the next is answered once healed |
 //! | kube-apiserver restarted mid-reconcile | the controller stays up and converges |
 //! | etcd restarted mid-reconcile | the controller stays up and converges |
 //! | apiserver throttling cheiron (429) | the controller backs off and converges |
@@ -29,5 +31,6 @@ mod control_plane_faults;
 mod leader;
 mod memory;
 mod soak;
+mod unanswered;
 mod watch_lists;
 mod webhook_faults;

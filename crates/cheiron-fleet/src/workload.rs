@@ -11,7 +11,10 @@ use cheiron_controller::{
 use cheiron_runtime::{
     api::{ClusterImagePullSecretManager, fleet::KUBECONFIG_KEY},
     metrics::Metrics,
-    runtime::events::{self, EventPublisher},
+    runtime::{
+        API_REQUEST_DEADLINE, DeadlineLayer,
+        events::{self, EventPublisher},
+    },
 };
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
@@ -83,6 +86,8 @@ impl Connector<'_> {
         let client = kube::client::ClientBuilder::try_from(config)
             .map_err(|_| "no client can be built from its kubeconfig".to_owned())?
             .with_layer(&guard::layer(self.max_response_bytes))
+            // Outside the guard: the answer it reads whole is already bounded in bytes.
+            .with_layer(&DeadlineLayer(API_REQUEST_DEADLINE))
             .with_layer(&pages)
             .build();
         Ok(self.workload(name, client, pages))

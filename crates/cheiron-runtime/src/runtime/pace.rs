@@ -17,12 +17,15 @@ use std::{
     pin::Pin,
     sync::{Arc, Mutex, PoisonError},
     task::{Context, Poll},
+    time::Duration,
 };
 
 use http::{Request, Response, StatusCode};
 use kube::client::{Body, ClientBuilder, retry::RetryPolicy};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::{Layer, Service, ServiceExt as _, buffer::BufferLayer, retry::RetryLayer};
+
+use super::deadline::DeadlineLayer;
 
 /// Requests (other than watches) the controller has in flight at most: two manager kinds,
 /// each reconciling up to `--concurrency` managers that write 16 at a time, with room for
@@ -37,11 +40,17 @@ pub const GROWTH_RUN: usize = 16;
 const BUFFER: usize = 1024;
 
 /// A kube client for `config` whose requests are paced by `pace`, retried as the kube client
-/// would (429, 503 and 504, honouring `Retry-After`), each attempt taking a permit of `pace`.
-pub fn paced_client(mut config: kube::Config, pace: Arc<Pace>) -> kube::Result<kube::Client> {
+/// would (429, 503 and 504, honouring `Retry-After`), each attempt taking a permit of `pace`
+/// and given up after `deadline` ([`super::API_REQUEST_DEADLINE`] but in tests).
+pub fn paced_client(
+    mut config: kube::Config,
+    pace: Arc<Pace>,
+    deadline: Duration,
+) -> kube::Result<kube::Client> {
     // The client's own retry would sit under the pace; it goes above it instead.
     config.default_retry = false;
     Ok(ClientBuilder::try_from(config)?
+        .with_layer(&DeadlineLayer(deadline))
         .with_layer(&BufferLayer::new(BUFFER))
         .with_layer(&PaceLayer(pace))
         .with_layer(&RetryLayer::new(RetryPolicy::server_retry()))
@@ -225,8 +234,9 @@ pub struct Paced<S> {
     pace: Arc<Pace>,
 }
 
-/// A watch holds its connection open: it neither waits for nor holds a permit.
-fn is_watch<B>(request: &Request<B>) -> bool {
+/// A watch holds its connection open: it neither waits for nor holds a permit, and no
+/// deadline bounds it ([`super::deadline`]).
+pub(crate) fn is_watch<B>(request: &Request<B>) -> bool {
     request
         .uri()
         .query()
