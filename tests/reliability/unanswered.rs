@@ -2,23 +2,36 @@
 //! open): a request sent over it is given up at its deadline instead of waiting for an answer
 //! that does not come, and once the path is back the next request goes out and is answered.
 //! Both clients cheiron builds are tried: the bounded one of the webhook, the node agent and
-//! the CLI, and the controller's paced one.
+//! the CLI, and the controller's paced one. And a node agent whose report the apiserver does
+//! not answer still stops at once on SIGTERM.
 
 use std::{
     sync::Arc,
     time::{Duration, Instant},
 };
 
+use cheiron::node::report::lease_name;
 use cheiron_runtime::runtime::{
     bounded_client,
     pace::{Pace, paced_client},
 };
-use k8s_openapi::api::core::v1::Namespace;
-use kube::{Api, config::Kubeconfig};
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{Namespace, Node},
+};
+use kube::{
+    Api,
+    api::{ObjectMeta, PostParams},
+    config::Kubeconfig,
+};
 
 use crate::{
     fault_cluster::{FaultCluster, serial},
-    harness::{ControlPlaneOptions, Result},
+    harness::{
+        ControlPlaneOptions, Result,
+        controller::{CheironProcess, READY_WITHIN},
+        wait_for,
+    },
 };
 
 /// The deadline of the clients under test (cheiron's is 70 s: the apiserver's own 60 s and
@@ -82,5 +95,121 @@ async fn a_request_to_an_apiserver_that_stops_answering_is_given_up_at_its_deadl
             answered.elapsed()
         );
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_agent_whose_report_gets_no_answer_stops_at_once_on_sigterm() -> Result {
+    let _serial = serial().await;
+    let cluster = FaultCluster::start("agent-unanswered", ControlPlaneOptions::default()).await?;
+    let s = cluster.scenario();
+    let node = s.unique_name("node");
+    let pool = s.unique_name("pool");
+    Api::<Node>::all(cluster.client().clone())
+        .create(
+            &PostParams::default(),
+            &Node {
+                metadata: ObjectMeta {
+                    name: Some(node.clone()),
+                    labels: Some([("pool".to_owned(), pool.clone())].into()),
+                    ..ObjectMeta::default()
+                },
+                ..Node::default()
+            },
+        )
+        .await?;
+    let controller = CheironProcess::controller_on(&cluster.host(), "controller", &[])?;
+    controller
+        .wait_for_admin_status("/readyz", 200, READY_WITHIN)
+        .await?;
+    s.apply_manager(&format!(
+        "
+apiVersion: cheiron.anny.co/v1alpha1
+kind: ClusterImagePullSecretManager
+metadata:
+  name: nodes
+spec:
+  mode: Node
+  nodeSelector:
+    matchLabels:
+      pool: {pool}
+  secrets:
+    - name: node-pull
+      registry: registry.example.com
+      username: reliability
+      password: node
+"
+    ))
+    .await?;
+
+    // The agent reaches the apiserver only through the partition, and writes its node's
+    // credentials into this test's directory.
+    let (partition, kubeconfig) = cluster.partitioned("agent").await?;
+    let credentials = cluster.dir.join("node-credentials.json");
+    let credentials_arg = credentials.display().to_string();
+    let agent = CheironProcess::node_agent_on(
+        &cluster.host_as(&kubeconfig),
+        "node-agent",
+        &[
+            "--node-name",
+            &node,
+            "--credentials-file",
+            &credentials_arg,
+            "--resync",
+            "1s",
+        ],
+    )?;
+    agent
+        .wait_for_admin_status("/readyz", 200, READY_WITHIN)
+        .await?;
+    let leases: Api<Lease> = Api::namespaced(cluster.client().clone(), "default");
+    wait_for(
+        "the agent to write its node's credentials and report them",
+        Duration::from_secs(60),
+        || async {
+            if !credentials.is_file() {
+                return Err("no credentials file yet".into());
+            }
+            match leases.get_opt(&lease_name(&node)).await? {
+                Some(_) => Ok(()),
+                None => Err("no report Lease yet".into()),
+            }
+        },
+    )
+    .await?;
+
+    // Cut off, the agent's next sync fails to write the file (a directory stands in its
+    // place): its report changes, and the apiserver never answers it.
+    partition.cut();
+    std::fs::remove_file(&credentials)?;
+    std::fs::create_dir(&credentials)?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    agent.check_running()?;
+    let stopping = Instant::now();
+    agent.terminate();
+    let exit = wait_for(
+        "the cut-off node agent to exit on SIGTERM",
+        Duration::from_secs(20),
+        || async { agent.exited().ok_or_else(|| "still running".into()) },
+    )
+    .await;
+    let stopped = stopping.elapsed();
+    partition.heal();
+    let exit = exit.map_err(|e| {
+        format!(
+            "{e}; the node agent waited for its report's answer\n{}",
+            agent.log_excerpt(20)
+        )
+    })?;
+    eprintln!("the cut-off node agent exited {stopped:?} after SIGTERM: {exit}");
+    assert!(
+        exit.success(),
+        "the cut-off node agent exits cleanly on SIGTERM: {exit}\n{}",
+        agent.log_excerpt(20)
+    );
+    assert!(
+        stopped < Duration::from_secs(5),
+        "the cut-off node agent took {stopped:?} to exit on SIGTERM"
+    );
     Ok(())
 }

@@ -407,7 +407,15 @@ pub async fn run(
     };
     loop {
         match nodes.state().into_iter().next() {
-            Some(node) => agent.sync(&bundles_of(&bundles.state()), &node).await,
+            // Raced against shutdown: a sync awaits nothing but its report, and an apiserver
+            // that does not answer it must not hold up SIGTERM. The files are written by then.
+            Some(node) => {
+                let current = bundles_of(&bundles.state());
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    () = agent.sync(&current, &node) => {}
+                }
+            }
             None => tracing::warn!(
                 node = agent.config.node_name,
                 "no Node of this name; waiting for it"
