@@ -79,9 +79,7 @@ pub(super) async fn cleanup<K: ManagerObject>(
     for event in report.events() {
         ctx.publish(&event, &manager.object_ref(&())).await;
     }
-    if !failures.is_empty() {
-        failed(manager, ctx, &id, &failures, &stale).await?;
-    }
+    failed(manager, ctx, &id, &failures, &stale).await?;
     ctx.sources.set(&id, []);
     ctx.credentials.retain(&id, Vec::new());
     ctx.home.scopes.forget(&id);
@@ -141,10 +139,11 @@ fn left_behind<K: ManagerObject>(
     LeftBehind { names, stale }
 }
 
-/// Some steps of the cleanup failed (`failures`, not empty). Unless the manager is annotated
-/// to abandon its cleanup: an Event saying how to, and an error, so that the cleanup is retried
-/// with backoff. Annotated: an Event saying what stays, and the Secrets of `stale` kept while
-/// their namespace's ServiceAccounts could not be cleaned are deleted after all.
+/// What the failed steps of the cleanup (`failures`; nothing when there are none) lead to.
+/// Unless the manager is annotated to abandon its cleanup: an Event saying how to, and an
+/// error, so that the cleanup is retried with backoff. Annotated: an Event saying what stays,
+/// and the Secrets of `stale` kept while their namespace's ServiceAccounts could not be cleaned
+/// are deleted after all.
 async fn failed<K: ManagerObject>(
     manager: &K,
     ctx: &Context,
