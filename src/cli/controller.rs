@@ -414,7 +414,7 @@ impl ControllerArgs {
         match self.prepare(&client, &metrics)? {
             (leading, None) => {
                 metrics.operations.leader.set(1);
-                lead(leading, ready, shutdown).await?;
+                lead_within_grace(leading, ready, shutdown).await?;
                 Ok(())
             }
             (leading, Some(election)) => {
@@ -517,7 +517,7 @@ async fn lead_while_elected(
                     ready: ready.clone(),
                 };
                 leading.metrics.operations.leader.set(1);
-                if let Err(e) = lead(leading, ready, term).await {
+                if let Err(e) = lead_within_grace(leading, ready, term).await {
                     tracing::error!(error = %e, "controller failed");
                     if let Ok(mut slot) = errors.lock() {
                         *slot = Some(e);
@@ -564,6 +564,37 @@ struct Leading {
     health: Checks,
     /// Watch the kubelets' pull failures (docs/credential-health.md).
     attribute_pull_failures: bool,
+}
+
+/// How long the reconciles in progress may take to finish once the controller is told to stop
+/// (SIGTERM, or a term as leader ending), before they are dropped: a reconcile waiting for an
+/// apiserver that does not answer must not hold up the exit past the Pod's grace (30 s in the
+/// installs; the Lease's release follows, within 5 s). Dropping one is safe: every write is
+/// guarded by a precondition, and the next leader reconciles every manager again.
+const WORK_GRACE: Duration = Duration::from_secs(10);
+
+/// [`lead`] until `stop`; then the reconciles in progress get [`WORK_GRACE`] to finish.
+async fn lead_within_grace(
+    leading: Leading,
+    ready: Arc<ReadyFlag>,
+    stop: CancellationToken,
+) -> Result<(), ControllerError> {
+    let working = lead(leading, ready, stop.clone());
+    tokio::pin!(working);
+    tokio::select! {
+        result = &mut working => return result,
+        () = stop.cancelled() => {}
+    }
+    match tokio::time::timeout(WORK_GRACE, working).await {
+        Ok(result) => result,
+        Err(_) => {
+            tracing::warn!(
+                grace = ?WORK_GRACE,
+                "reconciles still in progress when the controller stopped; dropped"
+            );
+            Ok(())
+        }
+    }
 }
 
 /// The composition root of one term as leader: builds the controller, starts each capability

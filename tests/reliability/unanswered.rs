@@ -2,8 +2,8 @@
 //! open): a request sent over it is given up at its deadline instead of waiting for an answer
 //! that does not come, and once the path is back the next request goes out and is answered.
 //! Both clients cheiron builds are tried: the bounded one of the webhook, the node agent and
-//! the CLI, and the controller's paced one. And a node agent whose report the apiserver does
-//! not answer still stops at once on SIGTERM.
+//! the CLI, and the controller's paced one. And a controller whose reconcile, or a node agent
+//! whose report, the apiserver does not answer still stops soon after SIGTERM.
 
 use std::{
     sync::Arc,
@@ -210,6 +210,81 @@ spec:
     assert!(
         stopped < Duration::from_secs(5),
         "the cut-off node agent took {stopped:?} to exit on SIGTERM"
+    );
+    Ok(())
+}
+
+/// How long the controller gives the reconciles in progress after SIGTERM (`WORK_GRACE` in
+/// `src/cli/controller.rs`).
+const WORK_GRACE: Duration = Duration::from_secs(10);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_cut_off_mid_reconcile_stops_within_its_grace_on_sigterm() -> Result {
+    let _serial = serial().await;
+    let cluster =
+        FaultCluster::start("reconcile-unanswered", ControlPlaneOptions::default()).await?;
+    let namespaces = cluster.create_target_namespaces(300).await?;
+    let (partition, kubeconfig) = cluster.partitioned("controller").await?;
+    let controller = CheironProcess::controller_on(
+        &cluster.host_as(&kubeconfig),
+        "controller",
+        &["--no-leader-election"],
+    )?;
+    controller
+        .wait_for_admin_status("/readyz", 200, READY_WITHIN)
+        .await?;
+    cluster
+        .scenario()
+        .apply_manager(&cluster.service_account_manager("cut-off", "pull", "p4ss"))
+        .await?;
+    let written = wait_for(
+        "the controller to start writing Secrets",
+        Duration::from_secs(60),
+        || async {
+            match cluster.managed_secret_count("pull").await? {
+                0 => Err("none yet".into()),
+                n => Ok(n),
+            }
+        },
+    )
+    .await?;
+    // Its writes in flight now get no answer.
+    partition.cut();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let at_cut = cluster.managed_secret_count("pull").await?;
+    assert!(
+        at_cut < namespaces.len(),
+        "the reconcile had finished before the cut ({at_cut} Secrets)"
+    );
+    controller.check_running()?;
+    let stopping = Instant::now();
+    controller.terminate();
+    let exit = wait_for(
+        "the cut-off controller to exit on SIGTERM",
+        Duration::from_secs(30),
+        || async { controller.exited().ok_or_else(|| "still running".into()) },
+    )
+    .await;
+    let stopped = stopping.elapsed();
+    partition.heal();
+    let exit = exit.map_err(|e| {
+        format!(
+            "{e}; the controller waited for its reconcile\n{}",
+            controller.log_excerpt(20)
+        )
+    })?;
+    eprintln!(
+        "the controller, cut off {written} to {at_cut} Secrets into the reconcile, exited \
+         {stopped:?} after SIGTERM: {exit}"
+    );
+    assert!(
+        exit.success(),
+        "the cut-off controller exits cleanly on SIGTERM: {exit}\n{}",
+        controller.log_excerpt(20)
+    );
+    assert!(
+        stopped < WORK_GRACE + Duration::from_secs(5),
+        "the cut-off controller took {stopped:?} to exit on SIGTERM (grace {WORK_GRACE:?})"
     );
     Ok(())
 }
