@@ -21,7 +21,6 @@ use crate::{
     harness::{
         ControlPlaneOptions, LIMITED_USER, Result,
         controller::{CheironProcess, READY_WITHIN},
-        wait_for,
     },
 };
 
@@ -53,21 +52,9 @@ async fn interrupted_reconcile(fault: Fault) -> Result {
     controller
         .wait_for_admin_status("/readyz", 200, READY_WITHIN)
         .await?;
-    cluster
-        .scenario()
-        .apply_manager(&cluster.service_account_manager("interrupted", "pull", "p4ss"))
+    let started = cluster
+        .apply_manager_until_writing("interrupted", "pull", "p4ss")
         .await?;
-    let started = wait_for(
-        "the controller to start writing Secrets",
-        Duration::from_secs(60),
-        || async {
-            match cluster.managed_secret_count("pull").await? {
-                0 => Err("none yet".into()),
-                n => Ok(n),
-            }
-        },
-    )
-    .await?;
 
     let outage = Instant::now();
     match fault {

@@ -210,6 +210,31 @@ spec:
         )
     }
 
+    /// Applies [`FaultCluster::service_account_manager`] `name` (Secret `secret`, password
+    /// `password`) and waits (up to 60 s) until a controller has written its first Secrets;
+    /// returns how many it had.
+    pub async fn apply_manager_until_writing(
+        &self,
+        name: &str,
+        secret: &str,
+        password: &str,
+    ) -> Result<usize> {
+        self.scenario
+            .apply_manager(&self.service_account_manager(name, secret, password))
+            .await?;
+        wait_for(
+            "the controller to start writing Secrets",
+            Duration::from_secs(60),
+            || async {
+                match self.managed_secret_count(secret).await? {
+                    0 => Err("none yet".into()),
+                    n => Ok(n),
+                }
+            },
+        )
+        .await
+    }
+
     /// How many of `namespaces` hold a Secret `secret` that cheiron manages.
     pub async fn managed_secret_count(&self, secret: &str) -> Result<usize> {
         let secrets: Api<Secret> = Api::all(self.client().clone());

@@ -30,6 +30,7 @@ use crate::{
     harness::{
         ControlPlaneOptions, Result,
         controller::{CheironProcess, READY_WITHIN},
+        partition::Partition,
         wait_for,
     },
 };
@@ -184,29 +185,14 @@ spec:
     std::fs::remove_file(&credentials)?;
     std::fs::create_dir(&credentials)?;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    agent.check_running()?;
-    let stopping = Instant::now();
-    agent.terminate();
-    let exit = wait_for(
-        "the cut-off node agent to exit on SIGTERM",
+    let stopped = stop_cut_off(
+        &agent,
+        &partition,
         Duration::from_secs(20),
-        || async { agent.exited().ok_or_else(|| "still running".into()) },
+        "its report's answer",
     )
-    .await;
-    let stopped = stopping.elapsed();
-    partition.heal();
-    let exit = exit.map_err(|e| {
-        format!(
-            "{e}; the node agent waited for its report's answer\n{}",
-            agent.log_excerpt(20)
-        )
-    })?;
-    eprintln!("the cut-off node agent exited {stopped:?} after SIGTERM: {exit}");
-    assert!(
-        exit.success(),
-        "the cut-off node agent exits cleanly on SIGTERM: {exit}\n{}",
-        agent.log_excerpt(20)
-    );
+    .await?;
+    eprintln!("the cut-off node agent exited cleanly {stopped:?} after SIGTERM");
     assert!(
         stopped < Duration::from_secs(5),
         "the cut-off node agent took {stopped:?} to exit on SIGTERM"
@@ -233,21 +219,9 @@ async fn a_controller_cut_off_mid_reconcile_stops_within_its_grace_on_sigterm() 
     controller
         .wait_for_admin_status("/readyz", 200, READY_WITHIN)
         .await?;
-    cluster
-        .scenario()
-        .apply_manager(&cluster.service_account_manager("cut-off", "pull", "p4ss"))
+    let written = cluster
+        .apply_manager_until_writing("cut-off", "pull", "p4ss")
         .await?;
-    let written = wait_for(
-        "the controller to start writing Secrets",
-        Duration::from_secs(60),
-        || async {
-            match cluster.managed_secret_count("pull").await? {
-                0 => Err("none yet".into()),
-                n => Ok(n),
-            }
-        },
-    )
-    .await?;
     // Its writes in flight now get no answer.
     partition.cut();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -256,35 +230,55 @@ async fn a_controller_cut_off_mid_reconcile_stops_within_its_grace_on_sigterm() 
         at_cut < namespaces.len(),
         "the reconcile had finished before the cut ({at_cut} Secrets)"
     );
-    controller.check_running()?;
-    let stopping = Instant::now();
-    controller.terminate();
-    let exit = wait_for(
-        "the cut-off controller to exit on SIGTERM",
+    let stopped = stop_cut_off(
+        &controller,
+        &partition,
         Duration::from_secs(30),
-        || async { controller.exited().ok_or_else(|| "still running".into()) },
+        "its reconcile",
     )
-    .await;
-    let stopped = stopping.elapsed();
-    partition.heal();
-    let exit = exit.map_err(|e| {
-        format!(
-            "{e}; the controller waited for its reconcile\n{}",
-            controller.log_excerpt(20)
-        )
-    })?;
+    .await?;
     eprintln!(
         "the controller, cut off {written} to {at_cut} Secrets into the reconcile, exited \
-         {stopped:?} after SIGTERM: {exit}"
-    );
-    assert!(
-        exit.success(),
-        "the cut-off controller exits cleanly on SIGTERM: {exit}\n{}",
-        controller.log_excerpt(20)
+         cleanly {stopped:?} after SIGTERM"
     );
     assert!(
         stopped < WORK_GRACE + Duration::from_secs(5),
         "the cut-off controller took {stopped:?} to exit on SIGTERM (grace {WORK_GRACE:?})"
     );
     Ok(())
+}
+
+/// Sends `process` SIGTERM while `partition` is cut, waits up to `patience` for it to exit,
+/// heals the partition, and returns how long the exit took, once it was a clean one.
+/// `waiting_for` says what a process that does not exit is likely waiting for.
+async fn stop_cut_off(
+    process: &CheironProcess,
+    partition: &Partition,
+    patience: Duration,
+    waiting_for: &str,
+) -> Result<Duration> {
+    process.check_running()?;
+    let stopping = Instant::now();
+    process.terminate();
+    let exit = wait_for(
+        format!("the cut-off {} to exit on SIGTERM", process.name()),
+        patience,
+        || async { process.exited().ok_or_else(|| "still running".into()) },
+    )
+    .await;
+    let stopped = stopping.elapsed();
+    partition.heal();
+    let exit = exit.map_err(|e| {
+        format!(
+            "{e}; it waited for {waiting_for}\n{}",
+            process.log_excerpt(20)
+        )
+    })?;
+    assert!(
+        exit.success(),
+        "the cut-off {} exits cleanly on SIGTERM: {exit}\n{}",
+        process.name(),
+        process.log_excerpt(20)
+    );
+    Ok(stopped)
 }
