@@ -5,10 +5,7 @@ use std::io::Write;
 
 use clap::Args;
 
-use super::{
-    cluster::ClusterArgs,
-    explain::{ReportFormat, client},
-};
+use super::{cluster::ClusterArgs, explain::ReportFormat};
 use crate::{
     audit::{
         Finding,
@@ -53,11 +50,11 @@ impl AuditArgs {
             output,
             page_size,
         } = self;
-        let (client, default_namespace) = client(
-            cluster,
-            "cannot reach the cluster (set KUBECONFIG or --kubeconfig, or run in a Pod)",
-        )
-        .await?;
+        let (client, default_namespace) = cluster
+            .client_and_namespace(
+                "cannot reach the cluster (set KUBECONFIG or --kubeconfig, or run in a Pod)",
+            )
+            .await?;
         let scope = (!all_namespaces).then(|| namespace.unwrap_or(default_namespace));
         let Audit {
             findings,

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use cheiron_runtime::runtime::API_REQUEST_DEADLINE;
+use cheiron_runtime::runtime::{API_REQUEST_DEADLINE, bounded_client};
 use clap::Args;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
@@ -52,7 +52,18 @@ impl ClusterArgs {
     /// A client of [`ClusterArgs::config`], each request bounded in time
     /// (docs/reliability.md, "A connection that stops answering").
     pub async fn client(&self, hint: &'static str) -> anyhow::Result<kube::Client> {
-        cheiron_runtime::runtime::bounded_client(self.config(hint).await?, API_REQUEST_DEADLINE)
-            .context("cannot build the Kubernetes client")
+        Ok(self.client_and_namespace(hint).await?.0)
+    }
+
+    /// [`ClusterArgs::client`] and the namespace of the kubeconfig's context (or the Pod's).
+    pub async fn client_and_namespace(
+        &self,
+        hint: &'static str,
+    ) -> anyhow::Result<(kube::Client, String)> {
+        let config = self.config(hint).await?;
+        let namespace = config.default_namespace.clone();
+        let client = bounded_client(config, API_REQUEST_DEADLINE)
+            .context("cannot build the Kubernetes client")?;
+        Ok((client, namespace))
     }
 }

@@ -82,8 +82,7 @@ struct Admitted {
 
 impl DryRunArgs {
     pub async fn run(self, cluster: &ClusterArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-        let (client, default_namespace) = super::explain::client(
-            cluster,
+        let (client, default_namespace) = cluster.client_and_namespace(
             "cheiron dry-run needs a cluster: --kubeconfig, $KUBECONFIG, ~/.kube/config or a Pod's ServiceAccount",
         )
         .await?;

@@ -59,21 +59,6 @@ fn kind(word: &str) -> anyhow::Result<SubjectKind> {
     }
 }
 
-/// A client from the kubeconfig (or the Pod's ServiceAccount) and its default namespace.
-pub(super) async fn client(
-    cluster: &ClusterArgs,
-    hint: &'static str,
-) -> anyhow::Result<(kube::Client, String)> {
-    let config = cluster.config(hint).await?;
-    let namespace = config.default_namespace.clone();
-    let client = cheiron_runtime::runtime::bounded_client(
-        config,
-        cheiron_runtime::runtime::API_REQUEST_DEADLINE,
-    )
-    .context("cannot build the Kubernetes client")?;
-    Ok((client, namespace))
-}
-
 impl ExplainArgs {
     /// Explains the object(s) and writes the report to `out`.
     pub async fn run(self, cluster: &ClusterArgs, out: &mut dyn Write) -> anyhow::Result<()> {
@@ -88,12 +73,12 @@ impl ExplainArgs {
                 bail!("give pod NAME or serviceaccount NAME (or --from PATH FILE offline)");
             };
             let kind = kind(word)?;
-            let (client, default_namespace) = client(
-                cluster,
-                "cannot reach the cluster (set KUBECONFIG or --kubeconfig, run in a Pod, or \
+            let (client, default_namespace) = cluster
+                .client_and_namespace(
+                    "cannot reach the cluster (set KUBECONFIG or --kubeconfig, run in a Pod, or \
                      use --from)",
-            )
-            .await?;
+                )
+                .await?;
             let namespace = namespace.unwrap_or(default_namespace);
             vec![source::live(&client, kind, &namespace, name).await?]
         } else {
