@@ -5,6 +5,7 @@
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context;
+use cheiron_runtime::runtime::{API_REQUEST_DEADLINE, bounded_client};
 use clap::Args;
 
 use super::parse::{parse_count, parse_seconds};
@@ -123,10 +124,14 @@ impl AdminArgs {
             MetricsAuth::Kubernetes => {
                 let client = match client {
                     Some(client) => client.clone(),
-                    None => kube::Client::try_default().await.context(
-                        "--metrics-auth kubernetes reviews tokens with the apiserver, which \
-                         cannot be reached (set KUBECONFIG or run in a Pod)",
-                    )?,
+                    None => {
+                        let config = kube::Config::infer().await.context(
+                            "--metrics-auth kubernetes reviews tokens with the apiserver, which \
+                             cannot be reached (set KUBECONFIG or run in a Pod)",
+                        )?;
+                        bounded_client(config, API_REQUEST_DEADLINE)
+                            .context("cannot build the Kubernetes client")?
+                    }
                 };
                 MetricsAccess::kubernetes(
                     client,

@@ -12,7 +12,7 @@ use cheiron_runtime::{
     api::{ClusterImagePullSecretManager, fleet::KUBECONFIG_KEY},
     metrics::Metrics,
     runtime::{
-        API_REQUEST_DEADLINE, DeadlineLayer,
+        API_REQUEST_DEADLINE, DeadlineLayer, client_builder,
         events::{self, EventPublisher},
     },
 };
@@ -83,7 +83,7 @@ impl Connector<'_> {
             .map_err(|_| format!("key {KUBECONFIG_KEY} of its kubeconfig Secret is not text"))?;
         let config = client_config(text, self.allow_insecure).await?;
         let pages = pages::ListPages::new(self.max_list_pages);
-        let client = kube::client::ClientBuilder::try_from(config)
+        let client = client_builder(config)
             .map_err(|_| "no client can be built from its kubeconfig".to_owned())?
             .with_layer(&guard::layer(self.max_response_bytes))
             // Outside the guard: the answer it reads whole is already bounded in bytes.

@@ -1,10 +1,11 @@
 //! A bound on every API request but a watch, from the moment it is sent until the last byte
 //! of its answer (docs/reliability.md, "A connection that stops answering").
 //!
-//! kube's client sets no read timeout (a long-lived exec session would trip one), and keeps
-//! no TCP keep-alive: a request sent over a connection whose packets are lost, or whose
-//! apiserver died without a word, waits for an answer as long as the connection stays open,
-//! which can be forever. The reconcile, the status write or the CLI command behind it waits
+//! kube's client sets no read timeout (a long-lived exec session would trip one): a request
+//! sent over a connection whose packets are lost, or whose apiserver died without a word,
+//! waits for an answer as long as the connection stays open, which can be forever (TCP
+//! keep-alive, [`super::connection`], finds neither an apiserver that is alive but does not
+//! answer nor a path that loses a request's unacknowledged bytes). The reconcile, the status write or the CLI command behind it waits
 //! with it. The apiserver itself answers every request that is not a watch within its
 //! `--request-timeout` (60 s unless its operator changed it), with `504` when its own work
 //! took too long; [`API_REQUEST_DEADLINE`] leaves it room for that and then gives the request
@@ -21,10 +22,10 @@ use std::{
 
 use http::{Request, Response};
 use http_body_util::{BodyExt as _, Full};
-use kube::client::{Body, ClientBuilder, DynBody};
+use kube::client::{Body, DynBody};
 use tower::{BoxError, Layer, Service};
 
-use super::pace::is_watch;
+use super::{connection::client_builder, pace::is_watch};
 
 /// How long an API request other than a watch may take, answer included: the apiserver's
 /// default `--request-timeout` (60 s) and 10 s for the answer to travel.
@@ -34,7 +35,7 @@ pub const API_REQUEST_DEADLINE: Duration = Duration::from_secs(70);
 /// ([`API_REQUEST_DEADLINE`] but in tests): how every part of cheiron that talks to a cluster
 /// builds its client (the controller's adds its pace, [`super::pace::paced_client`]).
 pub fn bounded_client(config: kube::Config, deadline: Duration) -> kube::Result<kube::Client> {
-    Ok(ClientBuilder::try_from(config)?
+    Ok(client_builder(config)?
         .with_layer(&DeadlineLayer(deadline))
         .build())
 }

@@ -21,11 +21,11 @@ use std::{
 };
 
 use http::{Request, Response, StatusCode};
-use kube::client::{Body, ClientBuilder, retry::RetryPolicy};
+use kube::client::{Body, retry::RetryPolicy};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::{Layer, Service, ServiceExt as _, buffer::BufferLayer, retry::RetryLayer};
 
-use super::deadline::DeadlineLayer;
+use super::{connection::client_builder, deadline::DeadlineLayer};
 
 /// Requests (other than watches) the controller has in flight at most: two manager kinds,
 /// each reconciling up to `--concurrency` managers that write 16 at a time, with room for
@@ -49,7 +49,7 @@ pub fn paced_client(
 ) -> kube::Result<kube::Client> {
     // The client's own retry would sit under the pace; it goes above it instead.
     config.default_retry = false;
-    Ok(ClientBuilder::try_from(config)?
+    Ok(client_builder(config)?
         .with_layer(&DeadlineLayer(deadline))
         .with_layer(&BufferLayer::new(BUFFER))
         .with_layer(&PaceLayer(pace))
