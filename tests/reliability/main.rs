@@ -11,6 +11,7 @@
 //! | leader SIGKILLed | the standby takes over within the lease and reconciles |
 //! | leader cut off from the apiserver (packets lost) | it stops leading before the standby takes over |
 //! | a connection to the apiserver stops answering | a request is given up at its deadline; the next is answered once healed |
+//! | a watch's apiserver end vanishes without a word (needs root: iptables) | TCP keep-alive finds it; the watch resumes within 70 s |
 //! | a controller cut off mid-reconcile, then SIGTERMed | it exits within its grace for reconciles |
 //! | a node agent cut off while it writes its report | SIGTERM ends it within 5 s |
 //! | kube-apiserver restarted mid-reconcile | the controller stays up and converges |

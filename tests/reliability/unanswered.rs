@@ -3,7 +3,9 @@
 //! that does not come, and once the path is back the next request goes out and is answered.
 //! Both clients cheiron builds are tried: the bounded one of the webhook, the node agent and
 //! the CLI, and the controller's paced one. And a controller whose reconcile, or a node agent
-//! whose report, the apiserver does not answer still stops soon after SIGTERM.
+//! whose report, the apiserver does not answer still stops soon after SIGTERM. And a watch
+//! whose connection lost its apiserver end without a word learns it from its TCP keep-alive
+//! and resumes.
 
 use std::{
     sync::Arc,
@@ -12,17 +14,20 @@ use std::{
 
 use cheiron::node::report::lease_name;
 use cheiron_runtime::runtime::{
-    bounded_client,
+    API_REQUEST_DEADLINE, bounded_client,
+    connection::DEAD_AFTER,
     pace::{Pace, paced_client},
 };
+use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::{
     coordination::v1::Lease,
     core::v1::{Namespace, Node},
 };
 use kube::{
-    Api,
+    Api, ResourceExt as _,
     api::{ObjectMeta, PostParams},
     config::Kubeconfig,
+    runtime::{WatchStreamExt as _, watcher},
 };
 
 use crate::{
@@ -94,6 +99,114 @@ async fn a_request_to_an_apiserver_that_stops_answering_is_given_up_at_its_deadl
         eprintln!(
             "{kind} client: the next request answered in {:?}",
             answered.elapsed()
+        );
+    }
+    Ok(())
+}
+
+/// A watch of Namespaces through the forwarder, its initial list done and an event seen over
+/// it; then the forwarder's end of its connection vanishes (reset, the reset lost) and a
+/// Namespace is created. With
+/// TCP keep-alive the watch hears of it from its first probe's reset and resumes over a new
+/// connection within [`DEAD_AFTER`]; without, it would sit on the dead connection until
+/// kube-runtime's idle bound (295 s after its last event).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_whose_apiserver_end_vanished_resumes_within_the_keep_alive_bound() -> Result {
+    let _serial = serial().await;
+    let cluster = FaultCluster::start("vanished", ControlPlaneOptions::default()).await?;
+    let (partition, kubeconfig) = cluster.partitioned("vanishing").await?;
+    let config = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(&kubeconfig)?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    let clients = [
+        (
+            "bounded",
+            bounded_client(config.clone(), API_REQUEST_DEADLINE)?,
+        ),
+        (
+            "paced",
+            paced_client(config, Arc::new(Pace::new(16)), API_REQUEST_DEADLINE)?,
+        ),
+    ];
+    let namespaces: Api<Namespace> = Api::all(cluster.client().clone());
+    let create = |name: String| {
+        let namespaces = namespaces.clone();
+        async move {
+            let namespace = Namespace {
+                metadata: ObjectMeta {
+                    name: Some(name),
+                    ..ObjectMeta::default()
+                },
+                ..Namespace::default()
+            };
+            namespaces.create(&PostParams::default(), &namespace).await
+        }
+    };
+    for (kind, client) in clients {
+        let mut events = watcher(Api::<Namespace>::all(client), watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        // The watch itself is open and idle: its list done, an event came over it, and nothing
+        // is in flight.
+        let live = format!("live-{kind}");
+        tokio::time::timeout(READY_WITHIN, async {
+            while let Some(event) = events.try_next().await? {
+                match event {
+                    watcher::Event::InitDone => {
+                        create(live.clone()).await?;
+                    }
+                    watcher::Event::Apply(ns) if ns.name_any() == live => return Ok(()),
+                    _ => {}
+                }
+            }
+            Err::<(), Box<dyn std::error::Error + Send + Sync>>("the watch ended".into())
+        })
+        .await
+        .map_err(|_| format!("{kind} client: {live} not watched within {READY_WITHIN:?}"))??;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+
+        partition.vanish().await?;
+        let name = format!("vanished-{kind}");
+        create(name.clone()).await?;
+        let created = Instant::now();
+        let bound = DEAD_AFTER + Duration::from_secs(10);
+        let mut errors = 0;
+        let seen = tokio::time::timeout(bound, async {
+            loop {
+                match events.next().await {
+                    Some(Ok(watcher::Event::Apply(ns) | watcher::Event::InitApply(ns)))
+                        if ns.name_any() == name =>
+                    {
+                        return true;
+                    }
+                    Some(Err(_)) => errors += 1,
+                    Some(Ok(_)) => {}
+                    None => return false,
+                }
+            }
+        })
+        .await;
+        let waited = created.elapsed();
+        match seen {
+            Ok(true) => {}
+            Ok(false) => return Err(format!("{kind} client: the watch ended").into()),
+            Err(_) => {
+                return Err(format!(
+                    "{kind} client: Namespace {name} not seen {waited:?} after it was created: \
+                     the watch still waits on the connection whose other end vanished"
+                )
+                .into());
+            }
+        }
+        eprintln!(
+            "{kind} client: the watch saw {name} {waited:?} after it was created \
+             ({errors} watch errors on the way)"
+        );
+        assert!(
+            errors > 0,
+            "{kind} client: the watch resumed without an error"
         );
     }
     Ok(())
