@@ -8,6 +8,7 @@
 //! and resumes.
 
 use std::{
+    path::Path,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -24,7 +25,7 @@ use k8s_openapi::api::{
     core::v1::{Namespace, Node},
 };
 use kube::{
-    Api, ResourceExt as _,
+    Api, Client, ResourceExt as _,
     api::{ObjectMeta, PostParams},
     config::Kubeconfig,
     runtime::{WatchStreamExt as _, watcher},
@@ -44,23 +45,32 @@ use crate::{
 /// room for the answer).
 const DEADLINE: Duration = Duration::from_secs(3);
 
+/// The two clients cheiron builds, from `kubeconfig`, each request bounded by `deadline`: the
+/// bounded one of the webhook, the node agent and the CLI, and the controller's paced one.
+async fn both_clients(
+    kubeconfig: &Path,
+    deadline: Duration,
+) -> Result<[(&'static str, Client); 2]> {
+    let config = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(kubeconfig)?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    Ok([
+        ("bounded", bounded_client(config.clone(), deadline)?),
+        (
+            "paced",
+            paced_client(config, Arc::new(Pace::new(16)), deadline)?,
+        ),
+    ])
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_to_an_apiserver_that_stops_answering_is_given_up_at_its_deadline() -> Result {
     let _serial = serial().await;
     let cluster = FaultCluster::start("unanswered", ControlPlaneOptions::default()).await?;
     let (partition, kubeconfig) = cluster.partitioned("partitioned").await?;
-    let config = kube::Config::from_custom_kubeconfig(
-        Kubeconfig::read_from(&kubeconfig)?,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await?;
-    let clients = [
-        ("bounded", bounded_client(config.clone(), DEADLINE)?),
-        (
-            "paced",
-            paced_client(config, Arc::new(Pace::new(16)), DEADLINE)?,
-        ),
-    ];
+    let clients = both_clients(&kubeconfig, DEADLINE).await?;
     for (kind, client) in clients {
         let namespaces: Api<Namespace> = Api::all(client);
         // A connection is open and answering.
@@ -106,30 +116,15 @@ async fn a_request_to_an_apiserver_that_stops_answering_is_given_up_at_its_deadl
 
 /// A watch of Namespaces through the forwarder, its initial list done and an event seen over
 /// it; then the forwarder's end of its connection vanishes (reset, the reset lost) and a
-/// Namespace is created. With
-/// TCP keep-alive the watch hears of it from its first probe's reset and resumes over a new
-/// connection within [`DEAD_AFTER`]; without, it would sit on the dead connection until
-/// kube-runtime's idle bound (295 s after its last event).
+/// Namespace is created. With TCP keep-alive the watch hears of it from its first probe's
+/// reset and resumes over a new connection within [`DEAD_AFTER`]; without, it would sit on
+/// the dead connection until kube-runtime's idle bound (295 s after its last event).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_whose_apiserver_end_vanished_resumes_within_the_keep_alive_bound() -> Result {
     let _serial = serial().await;
     let cluster = FaultCluster::start("vanished", ControlPlaneOptions::default()).await?;
     let (partition, kubeconfig) = cluster.partitioned("vanishing").await?;
-    let config = kube::Config::from_custom_kubeconfig(
-        Kubeconfig::read_from(&kubeconfig)?,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await?;
-    let clients = [
-        (
-            "bounded",
-            bounded_client(config.clone(), API_REQUEST_DEADLINE)?,
-        ),
-        (
-            "paced",
-            paced_client(config, Arc::new(Pace::new(16)), API_REQUEST_DEADLINE)?,
-        ),
-    ];
+    let clients = both_clients(&kubeconfig, API_REQUEST_DEADLINE).await?;
     let namespaces: Api<Namespace> = Api::all(cluster.client().clone());
     let create = |name: String| {
         let namespaces = namespaces.clone();
