@@ -3,15 +3,16 @@
 //!
 //! kube's client sets no read timeout (a long-lived exec session would trip one): a request
 //! sent over a connection whose packets are lost, or whose apiserver died without a word,
-//! waits for an answer as long as the connection stays open, which can be forever (TCP
-//! keep-alive, [`super::connection`], finds neither an apiserver that is alive but does not
-//! answer nor a path that loses a request's unacknowledged bytes). The reconcile, the status write or the CLI command behind it waits
-//! with it. The apiserver itself answers every request that is not a watch within its
-//! `--request-timeout` (60 s unless its operator changed it), with `504` when its own work
-//! took too long; [`API_REQUEST_DEADLINE`] leaves it room for that and then gives the request
-//! up, closing its connection, so the caller's retry goes out over a new one. Watches hold
-//! their connection open by design; kube-runtime's watcher bounds how long one may stay
-//! silent on its own.
+//! waits for an answer as long as the connection stays open, which can be forever. TCP
+//! keep-alive ([`super::connection`]) finds neither an apiserver that is alive but does not
+//! answer nor a path that loses a request's unacknowledged bytes. The reconcile, the status
+//! write or the CLI command behind the request waits with it. The apiserver itself answers
+//! every request that is not a watch within its `--request-timeout` (60 s unless its operator
+//! changed it), with `504` when its own work took too long; [`API_REQUEST_DEADLINE`] leaves
+//! it room for that and then gives the request up, closing its connection, so the caller's
+//! retry goes out over a new one. Watches hold their connection open by design;
+//! kube-runtime's watcher bounds how long one may stay silent on its own, and keep-alive
+//! finds a dead one sooner.
 
 use std::{
     future::Future,
