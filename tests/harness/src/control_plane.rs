@@ -47,10 +47,10 @@ pub struct ControlPlaneOptions {
     /// Extra kube-apiserver flags, after the defaults, e.g. `--max-requests-inflight=10`. A
     /// `--flag=value` here replaces the default `--flag=...` (say `--authorization-mode`).
     pub apiserver_args: Vec<String>,
-    /// kube-controller-manager controllers to run besides [`CONTROLLERS`], e.g.
+    /// kube-controller-manager controllers to run besides `CONTROLLERS`, e.g.
     /// `daemonset-controller`.
     pub extra_controllers: Vec<String>,
-    /// Controllers of [`CONTROLLERS`] not to run, e.g. `serviceaccount-controller` for a
+    /// Controllers of `CONTROLLERS` not to run, e.g. `serviceaccount-controller` for a
     /// benchmark that creates 100 000 namespaces and every ServiceAccount itself (kcm creates
     /// `default` ServiceAccounts at about 20 a second here, and would still be at it while the
     /// benchmark measures). Without `serviceaccount-controller` the start does not wait for

@@ -1,5 +1,6 @@
-//! Admission, without I/O: an AdmissionReview body and a [`View`] in, the AdmissionReview
-//! response out. The HTTP server and `cheiron mutate` are thin shells around this module.
+//! Admission, without I/O: an AdmissionReview body and a [`View`](crate::policy::View) in,
+//! the AdmissionReview response out. The HTTP server and `cheiron mutate` are thin shells
+//! around this module.
 
 mod images;
 mod mutate;

@@ -1,6 +1,6 @@
 //! Watching the kubelets' pull failures (docs/credential-health.md, "Pull failures"): the
-//! `Failed` Events on Pods, read by field selector, classified ([`super::classify`]), checked
-//! against the Pod itself, and attributed ([`super::attribute`]) to the manager whose credential
+//! `Failed` Events on Pods, read by field selector, classified ([`super::classify()`]), checked
+//! against the Pod itself, and attributed ([`super::attribute()`]) to the manager whose credential
 //! the registry refused. The manager's status then lists it, and the manager gets one Warning
 //! Event per registry per window, not one per Pod.
 //!

@@ -57,7 +57,7 @@ pub struct HttpsListener {
 
 impl HttpsListener {
     /// Accepts on `listener`, serving `certificate`'s current key to every handshake. Fails
-    /// only when rustls refuses the configuration ([`TlsError::Config`], as an I/O error).
+    /// only when rustls refuses the configuration ([`tls::TlsError::Config`], as an I/O error).
     pub fn new(
         listener: TcpListener,
         certificate: Arc<CertResolver>,

@@ -2,10 +2,10 @@
 //! Events with a bounded memory ([`events`]), connections kept alive ([`connection`]), API
 //! requests bounded in time ([`deadline`]) and paced to what the apiserver serves
 //! ([`pace`]), leader election on a Lease ([`leader`]), how a cache follows a watch's lists
-//! ([`relist`]), watches that list by streaming where the apiserver serves it ([`watch`]),
-//! and how long a failing key waits before its next attempt ([`backoff`]). None of it knows
-//! about managers or pull secrets; the controller, the fleet, the webhook's sources, the node
-//! status and the warnings build on it.
+//! ([`relist`]), watches that list by streaming where the apiserver serves it
+//! ([`watch`](mod@watch)), and how long a failing key waits before its next attempt
+//! ([`backoff`]). None of it knows about managers or pull secrets; the controller, the fleet,
+//! the webhook's sources, the node status and the warnings build on it.
 
 pub mod backoff;
 pub mod connection;

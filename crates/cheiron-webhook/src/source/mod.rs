@@ -1,5 +1,5 @@
-//! Where the webhook's [`View`] comes from: files (`--from`, static mode) or the cluster
-//! (kube-runtime watches). Both sit behind [`Source`].
+//! Where the webhook's [`View`](cheiron_core::policy::View) comes from: files (`--from`,
+//! static mode) or the cluster (kube-runtime watches). Both sit behind [`Source`].
 
 mod cluster;
 mod contract;
