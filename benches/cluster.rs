@@ -416,6 +416,7 @@ async fn rotation(
     eprintln!("[bench] rotation: waiting for the controller to go quiet");
     settle_service_accounts(client).await?;
     quiesce(controller).await?;
+    garbage_collector_settled(meter).await?;
 
     // Alternating rounds (bare, cheiron, bare, …, bare) so that drift in the machine's load
     // hits both sides alike; medians are compared.
@@ -1034,6 +1035,51 @@ async fn quiesce(controller: &CheironProcess) -> Result<()> {
     Ok(())
 }
 
+/// Waits until kube-controller-manager's garbage collector has stopped checking the owners of
+/// new copies: the apiserver's count of `GET`s of cheiron's managers has not moved for 3 s (at
+/// most 600 s). When a copy reaches the collector before it has the manager's kind mapped
+/// (within its 30 s discovery period of the CRDs' install, as here), it checks every copy of
+/// that manager once, with a `GET` of the copy and one of its owner, at the collector's own
+/// client rate limit (20 requests a second by default): about 100 s of background load on the
+/// apiserver for 1 000 copies, which must not overlap the measured rounds.
+async fn garbage_collector_settled(meter: &Meter) -> Result<()> {
+    let owner_reads = |costs: &Costs| {
+        costs
+            .requests
+            .iter()
+            .filter(|(key, _)| key.starts_with("GET ") && key.ends_with("imagepullsecretmanagers"))
+            .map(|(_, count)| count)
+            .sum::<f64>()
+    };
+    let since = Instant::now();
+    let first = owner_reads(&meter.sample().await?);
+    let mut last = first;
+    let mut stable = 0;
+    while stable < 3 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = owner_reads(&meter.sample().await?);
+        if now == last {
+            stable += 1;
+        } else {
+            stable = 0;
+            last = now;
+        }
+        if since.elapsed() > Duration::from_secs(600) {
+            return Err(format!(
+                "the apiserver still serves GETs of managers after 600 s ({} so far)",
+                last - first
+            )
+            .into());
+        }
+    }
+    eprintln!(
+        "[bench]   the garbage collector's owner checks settled after {:.1?} ({} GETs of managers meanwhile)",
+        since.elapsed(),
+        last - first
+    );
+    Ok(())
+}
+
 async fn writes(controller: &CheironProcess) -> Result<f64> {
     Ok(controller.metric("cheiron_secrets_written_total").await?
         + controller
@@ -1277,6 +1323,7 @@ spec:
     settle_service_accounts(client).await?;
     create_shaped(client, &manager, PROVIDER_SHAPED, "provider-shaped-pull").await?;
     quiesce(controller).await?;
+    garbage_collector_settled(meter).await?;
 
     // Each round: the bare client's writes, the same writes of Secrets shaped like the copies
     // under as many metadata watches as the copies have, then the next refresh the controller makes on its
