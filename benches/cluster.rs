@@ -1013,24 +1013,38 @@ impl Observer {
     }
 }
 
-/// Waits until the controller's write counters have not moved for 3 s (at most 180 s).
-async fn quiesce(controller: &CheironProcess) -> Result<()> {
+/// Reads `counter` every second until it has not moved for 3 s in a row, or `limit` has
+/// passed. Returns how far it moved meanwhile, and whether it came to rest.
+async fn until_at_rest<F, Fut>(limit: Duration, mut counter: F) -> Result<(f64, bool)>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<f64>>,
+{
     let since = Instant::now();
-    let mut last = f64::NAN;
+    let first = counter().await?;
+    let mut last = first;
     let mut stable = 0;
     while stable < 3 {
+        if since.elapsed() > limit {
+            return Ok((last - first, false));
+        }
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = writes(controller).await?;
+        let now = counter().await?;
         if now == last {
             stable += 1;
         } else {
             stable = 0;
             last = now;
         }
-        if since.elapsed() > Duration::from_secs(180) {
-            eprintln!("[bench]   (the controller is still writing after 180 s; going on)");
-            break;
-        }
+    }
+    Ok((last - first, true))
+}
+
+/// Waits until the controller's write counters have not moved for 3 s (at most 180 s).
+async fn quiesce(controller: &CheironProcess) -> Result<()> {
+    let (_, at_rest) = until_at_rest(Duration::from_secs(180), || writes(controller)).await?;
+    if !at_rest {
+        eprintln!("[bench]   (the controller is still writing after 180 s; going on)");
     }
     Ok(())
 }
@@ -1043,39 +1057,27 @@ async fn quiesce(controller: &CheironProcess) -> Result<()> {
 /// client rate limit (20 requests a second by default): about 100 s of background load on the
 /// apiserver for 1 000 copies, which must not overlap the measured rounds.
 async fn garbage_collector_settled(meter: &Meter) -> Result<()> {
-    let owner_reads = |costs: &Costs| {
-        costs
+    let since = Instant::now();
+    let owner_reads = || async {
+        Ok(meter
+            .sample()
+            .await?
             .requests
             .iter()
             .filter(|(key, _)| key.starts_with("GET ") && key.ends_with("imagepullsecretmanagers"))
             .map(|(_, count)| count)
-            .sum::<f64>()
+            .sum::<f64>())
     };
-    let since = Instant::now();
-    let first = owner_reads(&meter.sample().await?);
-    let mut last = first;
-    let mut stable = 0;
-    while stable < 3 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = owner_reads(&meter.sample().await?);
-        if now == last {
-            stable += 1;
-        } else {
-            stable = 0;
-            last = now;
-        }
-        if since.elapsed() > Duration::from_secs(600) {
-            return Err(format!(
-                "the apiserver still serves GETs of managers after 600 s ({} so far)",
-                last - first
-            )
-            .into());
-        }
+    let (reads, at_rest) = until_at_rest(Duration::from_secs(600), owner_reads).await?;
+    if !at_rest {
+        return Err(format!(
+            "the apiserver still serves GETs of managers after 600 s ({reads} so far)"
+        )
+        .into());
     }
     eprintln!(
-        "[bench]   the garbage collector's owner checks settled after {:.1?} ({} GETs of managers meanwhile)",
-        since.elapsed(),
-        last - first
+        "[bench]   the garbage collector's owner checks settled after {:.1?} ({reads} GETs of managers meanwhile)",
+        since.elapsed()
     );
     Ok(())
 }
