@@ -722,6 +722,9 @@ async fn bare_replace_labelled(
             let api: Api<Secret> =
                 Api::namespaced(client.clone(), &secret.namespace().unwrap_or_default());
             secret.data = Some(docker_config_data(&content));
+            // As cheiron writes: without the managedFields the list returned, which the
+            // apiserver would otherwise decode and check on every write.
+            secret.metadata.managed_fields = None;
             async move {
                 let name = secret.name_any();
                 api.replace(&name, &PostParams::default(), &secret).await
