@@ -44,7 +44,7 @@ use std::{
 
 use cheiron::api::{ClusterImagePullSecretManager, ImagePullSecretManager};
 use cheiron_harness::{
-    self as harness, Result, Scenario,
+    self as harness, ControlPlaneOptions, Result, Scenario,
     controller::{CheironProcess, READY_WITHIN},
     free_ports,
     stats::{ms, percentile},
@@ -70,7 +70,8 @@ const LATENCY_NAMESPACES: usize = 100;
 const ROTATION_NAMESPACES: usize = 1_000;
 /// Writes in flight of the bare client: `WRITE_CONCURRENCY` of `crates/cheiron-controller/src/reconcile.rs`.
 const BARE_WRITE_CONCURRENCY: usize = 16;
-/// Rotations timed (each between two bare-client runs).
+/// Rotations timed (each between two bare-client runs); the provider phase's can be raised
+/// with `--rounds N`.
 const ROTATION_ROUNDS: usize = 5;
 /// Creations in flight while setting up.
 const CREATE_CONCURRENCY: usize = 32;
@@ -107,17 +108,23 @@ const PHASES: [&str; 6] = [
     "latency", "rotation", "steady", "provider", "health", "memory",
 ];
 
-/// What the command line asks for: the phases `--phases a,b` names (all without it) and, with
-/// `--profiles DIR`, where to write CPU profiles of each provider round. `cargo bench` adds
-/// `--bench`.
+/// What the command line asks for: the phases `--phases a,b` names (all without it); with
+/// `--profiles DIR`, where to write CPU profiles of each provider round; with `--rounds N`, how
+/// many provider rotations to time (`ROTATION_ROUNDS` without it); with `--split-webhook`, the
+/// shared webhook runs with the split install's rights, so that the copies have one watch (the
+/// controller's) instead of two. `cargo bench` adds `--bench`.
 struct Options {
     phases: Vec<String>,
     profiles: Option<PathBuf>,
+    provider_rounds: usize,
+    split_webhook: bool,
 }
 
 fn options() -> Result<Options> {
     let mut chosen: Option<Vec<String>> = None;
     let mut profiles = None;
+    let mut provider_rounds = ROTATION_ROUNDS;
+    let mut split_webhook = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -138,9 +145,17 @@ fn options() -> Result<Options> {
                     .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
                 profiles = Some(dir);
             }
+            "--rounds" => {
+                let n = args.next().ok_or("--rounds needs a number")?;
+                provider_rounds = match n.parse() {
+                    Ok(n) if n > 0 => n,
+                    _ => return Err(format!("--rounds {n:?}: expected a number above 0").into()),
+                };
+            }
+            "--split-webhook" => split_webhook = true,
             other => {
                 return Err(format!(
-                    "unknown argument {other:?} (--phases {}, --profiles DIR)",
+                    "unknown argument {other:?} (--phases {}, --profiles DIR, --rounds N, --split-webhook)",
                     PHASES.join(",")
                 )
                 .into());
@@ -150,6 +165,8 @@ fn options() -> Result<Options> {
     Ok(Options {
         phases: chosen.unwrap_or_else(|| PHASES.iter().map(|p| (*p).to_owned()).collect()),
         profiles,
+        provider_rounds,
+        split_webhook,
     })
 }
 
@@ -177,11 +194,28 @@ fn row(metric: &str, value: String, target: &str, met: Option<bool>) -> Row {
 }
 
 async fn run() -> Result {
-    let Options { phases, profiles } = options()?;
+    let Options {
+        phases,
+        profiles,
+        provider_rounds,
+        split_webhook,
+    } = options()?;
     let runs = |phase: &str| phases.iter().any(|p| p == phase);
     let started = Instant::now();
     eprintln!("[bench] starting the cluster (etcd, kube-apiserver, kcm, shared webhook)…");
-    let scenario = Scenario::new(harness::cheiron!(), "bench").await?;
+    let scenario = Scenario::new_with(
+        harness::cheiron!(),
+        "bench",
+        ControlPlaneOptions {
+            split_webhook,
+            ..ControlPlaneOptions::default()
+        },
+    )
+    .await?;
+    // The metadata watches of cheiron's copies besides the benchmark's own: the controller's,
+    // and the shared webhook's unless it runs with the split install's rights.
+    let copy_watches = CopyWatches(if split_webhook { 1 } else { 2 });
+    eprintln!("[bench] copies watched by {copy_watches}");
     let cluster = scenario.cluster()?;
     let client = scenario.client().clone();
     eprintln!(
@@ -225,7 +259,17 @@ async fn run() -> Result {
     let mut bare_ready = false;
     if runs("rotation") {
         rotation_namespaces(&scenario, &client, &mut bare_ready).await?;
-        rows.extend(rotation(&scenario, &client, &sources, &controller, &meter).await?);
+        rows.extend(
+            rotation(
+                &scenario,
+                &client,
+                &sources,
+                &controller,
+                &meter,
+                copy_watches,
+            )
+            .await?,
+        );
     }
     if runs("steady") {
         rows.extend(steady_state(&client, &controller).await?);
@@ -242,7 +286,11 @@ async fn run() -> Result {
                 &controller,
                 &meter,
                 &plugin,
-                profiler.as_ref(),
+                ProviderRounds {
+                    profiler: profiler.as_ref(),
+                    rounds: provider_rounds,
+                    copy_watches,
+                },
             )
             .await?,
         );
@@ -389,6 +437,7 @@ async fn rotation(
     sources: &str,
     controller: &CheironProcess,
     meter: &Meter,
+    copy_watches: CopyWatches,
 ) -> Result<Vec<Row>> {
     create_source(client, sources, "rotation-pull", "rotation-v1").await?;
     let manager = format!("{}-rotation", scenario.id());
@@ -453,12 +502,13 @@ async fn rotation(
         // The same, with as many metadata watches of those Secrets open as cheiron's copies
         // have (the controller's and the webhook's): what watching the copies costs the
         // apiserver per write.
-        let watches = MetadataWatches::open(client, &format!("{SHAPED}=true"), 2).await?;
+        let watches =
+            MetadataWatches::open(client, &format!("{SHAPED}=true"), copy_watches.0).await?;
         let (written, observed, costs) =
             bare_replace_labelled(client, meter, SHAPED, &format!("watched-{round}")).await?;
         drop(watches);
         eprintln!(
-            "[bench] rotation round {round}: bare client, cheiron-shaped Secrets under 2 metadata watches {written:.2?} (all seen through a watch: {observed:.2?}); {}",
+            "[bench] rotation round {round}: bare client, cheiron-shaped Secrets under {copy_watches} {written:.2?} (all seen through a watch: {observed:.2?}); {}",
             costs.describe()
         );
         watched.push(written);
@@ -540,7 +590,7 @@ async fn rotation(
         ),
         row(
             &format!(
-                "rotation, {ROTATION_NAMESPACES} copies: the same cheiron-shaped writes with 2 metadata watches of them open, as cheiron's copies have (the controller's and the webhook's), until the last write returned (median of {})",
+                "rotation, {ROTATION_NAMESPACES} copies: the same cheiron-shaped writes under {copy_watches}, as cheiron's copies have, until the last write returned (median of {})",
                 watched.len()
             ),
             format!(
@@ -737,6 +787,25 @@ async fn bare_replace_labelled(
     let observed = observer.done().await?.1.saturating_duration_since(started);
     let costs = meter.sample().await?.since(&before);
     Ok((written, observed, costs))
+}
+
+/// How many metadata watches of cheiron's copies are open besides the benchmark's own, which the
+/// shaped rounds open as many of.
+#[derive(Clone, Copy, Debug)]
+struct CopyWatches(usize);
+
+impl std::fmt::Display for CopyWatches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            1 => f.write_str(
+                "1 metadata watch (the controller's; the webhook has the split install's rights)",
+            ),
+            n => write!(
+                f,
+                "{n} metadata watches (the controller's and the webhook's)"
+            ),
+        }
+    }
 }
 
 /// What a round cost whom: the CPU seconds of the control plane's processes, cheiron's
@@ -1273,13 +1342,25 @@ fn wall(at: Instant) -> SystemTime {
     SystemTime::now() - now.saturating_duration_since(at)
 }
 
+/// How the provider phase's rounds are run: profiled or not, how many, and under how many
+/// watches of the copies.
+struct ProviderRounds<'a> {
+    profiler: Option<&'a Profiler>,
+    rounds: usize,
+    copy_watches: CopyWatches,
+}
+
 async fn provider_rotation(
     scenario: &Scenario,
     client: &Client,
     controller: &CheironProcess,
     meter: &Meter,
     plugin: &FakePlugin,
-    profiler: Option<&Profiler>,
+    ProviderRounds {
+        profiler,
+        rounds,
+        copy_watches,
+    }: ProviderRounds<'_>,
 ) -> Result<Vec<Row>> {
     let manager = format!("{}-provider", scenario.id());
     eprintln!(
@@ -1343,7 +1424,7 @@ spec:
     let mut metric_calls_per_rotation = Vec::new();
     let mut writes_per_rotation = Vec::new();
     let mut discarded = 0;
-    while took.len() < ROTATION_ROUNDS {
+    while took.len() < rounds {
         let before = plugin.last_call()?;
         let writes_before = controller.metric("cheiron_secrets_written_total").await?;
         let metric_calls_before = controller
@@ -1354,7 +1435,9 @@ spec:
         let (written, _, _) =
             bare_replace(client, meter, &format!("provider-bare-{round}")).await?;
         Profile::finish(profile).await?;
-        let watches = MetadataWatches::open(client, &format!("{PROVIDER_SHAPED}=true"), 2).await?;
+        let watches =
+            MetadataWatches::open(client, &format!("{PROVIDER_SHAPED}=true"), copy_watches.0)
+                .await?;
         let profile = Profiler::start(profiler, &format!("{round}-shaped-watched")).await?;
         let (written_watched, _, _) = bare_replace_labelled(
             client,
@@ -1377,7 +1460,7 @@ spec:
             );
             observer.abort();
             quiesce(controller).await?;
-            if discarded > ROTATION_ROUNDS {
+            if discarded > rounds {
                 return Err("the refresh kept coming during the bare writes".into());
             }
             continue;
@@ -1427,6 +1510,25 @@ spec:
 
     let list = |v: &[Duration]| v.iter().map(|d| ms(*d)).collect::<Vec<_>>().join(", ");
     let (bare_all, took_all, watched_all) = (list(&bare), list(&took), list(&watched));
+    // Round by round, against the bare rounds just before each rotation: this machine's speed
+    // drifts within a run, and a ratio of one round's neighbours is less exposed to it than a
+    // ratio of medians taken over all rounds.
+    let pairs = |of: &[Duration]| {
+        let mut ratios: Vec<f64> = took
+            .iter()
+            .zip(of)
+            .map(|(t, b)| t.as_secs_f64() / b.as_secs_f64())
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        let listed = ratios
+            .iter()
+            .map(|r| format!("{r:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        (ratios[ratios.len() / 2], listed)
+    };
+    let (paired_bare, paired_bare_all) = pairs(&bare);
+    let (paired_watched, paired_watched_all) = pairs(&watched);
     let bare_median = median(&mut bare);
     let watched_median = median(&mut watched);
     let took_median = median(&mut took);
@@ -1441,7 +1543,7 @@ spec:
     Ok(vec![
         row(
             &format!(
-                "credential provider, {ROTATION_NAMESPACES} copies: plugin calls per rotation ({ROTATION_ROUNDS} rotations, {PROVIDER_CACHE_SECONDS} s cacheDuration)"
+                "credential provider, {ROTATION_NAMESPACES} copies: plugin calls per rotation ({rounds} rotations, {PROVIDER_CACHE_SECONDS} s cacheDuration)"
             ),
             format!(
                 "{} (plugin's own count; `cheiron_credential_provider_calls_total`: {})",
@@ -1488,7 +1590,7 @@ spec:
         ),
         row(
             &format!(
-                "credential provider, {ROTATION_NAMESPACES} copies: bare client writing Secrets shaped like the copies with 2 metadata watches of them open, as the copies have (median of {})",
+                "credential provider, {ROTATION_NAMESPACES} copies: bare client writing Secrets shaped like the copies under {copy_watches}, as the copies have (median of {})",
                 watched.len()
             ),
             format!(
@@ -1501,7 +1603,7 @@ spec:
         ),
         row(
             &format!(
-                "credential provider, {ROTATION_NAMESPACES} copies: plugin call → a watch saw all copies updated (median of {ROTATION_ROUNDS})"
+                "credential provider, {ROTATION_NAMESPACES} copies: plugin call → a watch saw all copies updated (median of {rounds})"
             ),
             format!(
                 "{} = **{ratio:.2} × bare writes**, {:.2} × the shaped and watched writes; first copy after {} (runs: {took_all}; {discarded} rounds discarded)",
@@ -1511,6 +1613,16 @@ spec:
             ),
             "≤ 1.1 × bare",
             Some(ratio <= 1.1),
+        ),
+        row(
+            &format!(
+                "credential provider, {ROTATION_NAMESPACES} copies: each rotation against the rounds just before it (median of {rounds} ratios)"
+            ),
+            format!(
+                "**{paired_bare:.2} × the bare writes** (ratios: {paired_bare_all}); {paired_watched:.2} × the shaped and watched writes (ratios: {paired_watched_all})"
+            ),
+            "≤ 1.1 × bare",
+            Some(paired_bare <= 1.1),
         ),
     ])
 }

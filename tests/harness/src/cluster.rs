@@ -1,6 +1,8 @@
 //! The one cluster of this test binary: control plane, CRDs, one shared `cheiron webhook` in
-//! cluster mode and its registration, started on first use and checked end to end (a canary
-//! ServiceAccount is mutated through the apiserver) before any test runs.
+//! cluster mode (as `admin`, or with the split install's rights:
+//! [`ControlPlaneOptions::split_webhook`]) and its registration, started on first use and
+//! checked end to end (a canary ServiceAccount is mutated through the apiserver) before any
+//! test runs.
 
 use std::{
     path::{Path, PathBuf},
@@ -9,11 +11,15 @@ use std::{
 };
 
 use cheiron::install::{WebhookClient, WebhookRegistration};
-use kube::Client;
+use k8s_openapi::{
+    api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject},
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use kube::{Api, Client, api::PostParams};
 
 use super::{
     Cheiron, Result, Scenario,
-    control_plane::{ControlPlane, ControlPlaneOptions, apiserver_log_lines},
+    control_plane::{ControlPlane, ControlPlaneOptions, WEBHOOK_USER, apiserver_log_lines},
     process::log_tail,
     webhook::{self, WebhookCertificates, WebhookProcess},
 };
@@ -81,15 +87,22 @@ impl Cluster {
 
     async fn start(cheiron: Cheiron, dir: PathBuf) -> Result<Self> {
         let options = OPTIONS.get().cloned().unwrap_or_default();
+        let split_webhook = options.split_webhook;
         let control_plane = ControlPlane::start_with(&dir, options).await?;
         let client = Client::try_from(control_plane.admin_config.clone())?;
         webhook::install_crds(cheiron, &client).await?;
+        let webhook_kubeconfig = if split_webhook {
+            grant_split_webhook_rights(&client).await?;
+            &control_plane.webhook_kubeconfig
+        } else {
+            &control_plane.admin_kubeconfig
+        };
 
         let certificates = WebhookCertificates::generate(&dir.join("webhook-tls"))?;
         let mut webhook = WebhookProcess::start(
             cheiron,
             "cheiron webhook",
-            &control_plane.admin_kubeconfig,
+            webhook_kubeconfig,
             &certificates.dir,
             &dir.join("cheiron-webhook.log"),
         )?;
@@ -127,6 +140,43 @@ impl Cluster {
             _webhook: webhook,
         })
     }
+}
+
+/// Grants [`WEBHOOK_USER`] what the split install's webhook may do, and nothing else.
+async fn grant_split_webhook_rights(client: &Client) -> Result<()> {
+    let name = "cheiron-harness-split-webhook";
+    let role = ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..ObjectMeta::default()
+        },
+        rules: Some(cheiron::install::rbac::webhook_rules()),
+        ..ClusterRole::default()
+    };
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".to_owned(),
+            kind: "ClusterRole".to_owned(),
+            name: name.to_owned(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "User".to_owned(),
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            name: WEBHOOK_USER.to_owned(),
+            ..Subject::default()
+        }]),
+    };
+    Api::<ClusterRole>::all(client.clone())
+        .create(&PostParams::default(), &role)
+        .await?;
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await?;
+    Ok(())
 }
 
 /// Proves the whole path works before tests rely on it: the apiserver has loaded the

@@ -23,6 +23,8 @@ use super::{
 
 /// The user without groups whose rights the readiness test grants piece by piece.
 pub const LIMITED_USER: &str = "cheiron-limited";
+/// The user the shared webhook runs as under [`ControlPlaneOptions::split_webhook`].
+pub const WEBHOOK_USER: &str = "cheiron-webhook";
 
 const ETCD_READY: Duration = Duration::from_secs(30);
 const APISERVER_READY: Duration = Duration::from_secs(60);
@@ -56,6 +58,13 @@ pub struct ControlPlaneOptions {
     /// benchmark measures). Without `serviceaccount-controller` the start does not wait for
     /// `default/default`, and no namespace gets a `default` ServiceAccount by itself.
     pub without_controllers: Vec<String>,
+    /// Runs the cluster's shared `cheiron webhook` as the split install's webhook (docs/install.md,
+    /// "What each identity can do"): as [`WEBHOOK_USER`], granted only
+    /// `cheiron::install::rbac::webhook_rules`, so that it cannot list Secrets, keeps no watch
+    /// of cheiron's copies and gives no missing-Secret warning. Without it the webhook runs as
+    /// `admin` and has the combined install's view. For the benchmarks that measure what a
+    /// copy's watches cost (BENCHMARKS.md).
+    pub split_webhook: bool,
 }
 
 /// How a process of the control plane is started again after a test stopped it.
@@ -92,6 +101,8 @@ pub struct ControlPlane {
     pub admin_kubeconfig: PathBuf,
     /// kubeconfig of [`LIMITED_USER`] (no groups, no rights until a test grants some).
     pub limited_kubeconfig: PathBuf,
+    /// kubeconfig of [`WEBHOOK_USER`], who has no rights until granted some.
+    pub webhook_kubeconfig: PathBuf,
     /// The client configuration of `admin`.
     pub admin_config: kube::Config,
     /// The apiserver's log file.
@@ -124,6 +135,7 @@ impl ControlPlane {
         let admin_token = random_token()?;
         let kcm_token = random_token()?;
         let limited_token = random_token()?;
+        let webhook_token = random_token()?;
 
         // ECDSA P-256 from rcgen. The apiserver's --service-account-key-file reads RSA/EC
         // private keys only in PKCS#1/SEC1 form, so rcgen's PKCS#8 key goes to the signing-key
@@ -140,7 +152,8 @@ impl ControlPlane {
             format!(
                 "{admin_token},admin,admin,\"system:masters\"\n\
                  {kcm_token},system:kube-controller-manager,system:kube-controller-manager,\"system:masters\"\n\
-                 {limited_token},{LIMITED_USER},{LIMITED_USER}\n"
+                 {limited_token},{LIMITED_USER},{LIMITED_USER}\n\
+                 {webhook_token},{WEBHOOK_USER},{WEBHOOK_USER}\n"
             ),
         )?;
 
@@ -215,6 +228,7 @@ impl ControlPlane {
         let admin_kubeconfig = dir.join("admin.kubeconfig");
         let kcm_kubeconfig = dir.join("kcm.kubeconfig");
         let limited_kubeconfig = dir.join("limited.kubeconfig");
+        let webhook_kubeconfig = dir.join("webhook.kubeconfig");
         write_kubeconfig(&admin_kubeconfig, &server, &ca_pem, "admin", &admin_token)?;
         write_kubeconfig(&kcm_kubeconfig, &server, &ca_pem, "kcm", &kcm_token)?;
         write_kubeconfig(
@@ -223,6 +237,13 @@ impl ControlPlane {
             &ca_pem,
             LIMITED_USER,
             &limited_token,
+        )?;
+        write_kubeconfig(
+            &webhook_kubeconfig,
+            &server,
+            &ca_pem,
+            WEBHOOK_USER,
+            &webhook_token,
         )?;
 
         let mut controller_manager = Process::spawn(
@@ -303,6 +324,7 @@ impl ControlPlane {
         Ok(Self {
             admin_kubeconfig,
             limited_kubeconfig,
+            webhook_kubeconfig,
             admin_config,
             apiserver_log,
             server,
