@@ -45,7 +45,7 @@ pub mod workload;
 
 pub use cluster::{Cluster, run_dir};
 pub use control_plane::{
-    ControlPlane, ControlPlaneOptions, LIMITED_USER, apiserver_log_lines, free_ports,
+    ControlPlane, ControlPlaneOptions, LIMITED_USER, WEBHOOK_USER, apiserver_log_lines, free_ports,
 };
 pub use objects::{Admitted, apply_object, pod, service_account};
 pub use process::{control_plane_pid, cpu_seconds, rss_bytes};
