@@ -8,7 +8,7 @@ use k8s_openapi::{
     api::{
         coordination::v1::{Lease, LeaseSpec},
         core::v1::ServiceAccount,
-        rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject},
+        rbac::v1::Subject,
     },
     apimachinery::pkg::apis::meta::v1::MicroTime,
 };
@@ -69,36 +69,18 @@ async fn with_admin_tls_the_controller_serves_a_reader_over_https_and_nothing_ov
             },
         )
         .await?;
-    let role = s.unique_name("metrics-reader");
-    Api::<ClusterRole>::all(s.client().clone())
-        .create(
-            &PostParams::default(),
-            &ClusterRole {
-                metadata: meta(&role),
-                rules: Some(rbac::metrics_reader_rules()),
-                aggregation_rule: None,
-            },
-        )
-        .await?;
-    Api::<ClusterRoleBinding>::all(s.client().clone())
-        .create(
-            &PostParams::default(),
-            &ClusterRoleBinding {
-                metadata: meta(&role),
-                role_ref: RoleRef {
-                    api_group: "rbac.authorization.k8s.io".to_owned(),
-                    kind: "ClusterRole".to_owned(),
-                    name: role.clone(),
-                },
-                subjects: Some(vec![Subject {
-                    kind: "ServiceAccount".to_owned(),
-                    name: "prometheus".to_owned(),
-                    namespace: Some(ns.clone()),
-                    api_group: None,
-                }]),
-            },
-        )
-        .await?;
+    harness::grant_cluster_role(
+        s.client(),
+        &s.unique_name("metrics-reader"),
+        rbac::metrics_reader_rules(),
+        Subject {
+            kind: "ServiceAccount".to_owned(),
+            name: "prometheus".to_owned(),
+            namespace: Some(ns.clone()),
+            api_group: None,
+        },
+    )
+    .await?;
     let reader = harness::service_account_token(s.client(), &ns, "prometheus").await?;
 
     let admin_tls = format!(

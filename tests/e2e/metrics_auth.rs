@@ -11,9 +11,9 @@ use std::{net::SocketAddr, path::Path, time::Duration};
 use cheiron::install::rbac;
 use k8s_openapi::api::{
     core::v1::ServiceAccount,
-    rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject},
+    rbac::v1::{PolicyRule, Subject},
 };
-use kube::{Api, api::PostParams, core::ObjectMeta};
+use kube::core::ObjectMeta;
 
 use crate::{
     CHEIRON,
@@ -38,39 +38,18 @@ async fn create_service_account(s: &Scenario, ns: &str, name: &str) -> Result {
 
 /// A ClusterRole with `rules`, bound to ServiceAccount `ns/sa`, both named after the scenario.
 async fn grant(s: &Scenario, ns: &str, sa: &str, rules: Vec<PolicyRule>) -> Result {
-    let name = s.unique_name(sa);
-    let role = ClusterRole {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            ..ObjectMeta::default()
-        },
-        rules: Some(rules),
-        aggregation_rule: None,
-    };
-    let binding = ClusterRoleBinding {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            ..ObjectMeta::default()
-        },
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".to_owned(),
-            kind: "ClusterRole".to_owned(),
-            name,
-        },
-        subjects: Some(vec![Subject {
+    harness::grant_cluster_role(
+        s.client(),
+        &s.unique_name(sa),
+        rules,
+        Subject {
             kind: "ServiceAccount".to_owned(),
             name: sa.to_owned(),
             namespace: Some(ns.to_owned()),
             api_group: None,
-        }]),
-    };
-    Api::<ClusterRole>::all(s.client().clone())
-        .create(&PostParams::default(), &role)
-        .await?;
-    Api::<ClusterRoleBinding>::all(s.client().clone())
-        .create(&PostParams::default(), &binding)
-        .await?;
-    Ok(())
+        },
+    )
+    .await
 }
 
 /// A bound token of ServiceAccount `ns/sa` (TokenRequest), valid for an hour.

@@ -11,15 +11,13 @@ use std::{
 };
 
 use cheiron::install::{WebhookClient, WebhookRegistration};
-use k8s_openapi::{
-    api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject},
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
-};
-use kube::{Api, Client, api::PostParams};
+use k8s_openapi::api::rbac::v1::Subject;
+use kube::Client;
 
 use super::{
     Cheiron, Result, Scenario,
     control_plane::{ControlPlane, ControlPlaneOptions, WEBHOOK_USER, apiserver_log_lines},
+    objects::grant_cluster_role,
     process::log_tail,
     webhook::{self, WebhookCertificates, WebhookProcess},
 };
@@ -144,39 +142,18 @@ impl Cluster {
 
 /// Grants [`WEBHOOK_USER`] what the split install's webhook may do, and nothing else.
 async fn grant_split_webhook_rights(client: &Client) -> Result<()> {
-    let name = "cheiron-harness-split-webhook";
-    let role = ClusterRole {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..ObjectMeta::default()
-        },
-        rules: Some(cheiron::install::rbac::webhook_rules()),
-        ..ClusterRole::default()
-    };
-    let binding = ClusterRoleBinding {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..ObjectMeta::default()
-        },
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".to_owned(),
-            kind: "ClusterRole".to_owned(),
-            name: name.to_owned(),
-        },
-        subjects: Some(vec![Subject {
+    grant_cluster_role(
+        client,
+        "cheiron-harness-split-webhook",
+        cheiron::install::rbac::webhook_rules(),
+        Subject {
             kind: "User".to_owned(),
             api_group: Some("rbac.authorization.k8s.io".to_owned()),
             name: WEBHOOK_USER.to_owned(),
-            ..Subject::default()
-        }]),
-    };
-    Api::<ClusterRole>::all(client.clone())
-        .create(&PostParams::default(), &role)
-        .await?;
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .create(&PostParams::default(), &binding)
-        .await?;
-    Ok(())
+            namespace: None,
+        },
+    )
+    .await
 }
 
 /// Proves the whole path works before tests rely on it: the apiserver has loaded the

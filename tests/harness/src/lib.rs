@@ -47,7 +47,7 @@ pub use cluster::{Cluster, run_dir};
 pub use control_plane::{
     ControlPlane, ControlPlaneOptions, LIMITED_USER, WEBHOOK_USER, apiserver_log_lines, free_ports,
 };
-pub use objects::{Admitted, apply_object, pod, service_account};
+pub use objects::{Admitted, apply_object, grant_cluster_role, pod, service_account};
 pub use process::{control_plane_pid, cpu_seconds, rss_bytes};
 pub use scenario::{SCENARIO_LABEL, SETTLE, Scenario};
 pub use tokens::{service_account_token, write_token_kubeconfig};

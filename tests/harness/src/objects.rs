@@ -154,3 +154,40 @@ pub async fn apply_object(
         .map_err(|e| format!("{} {}: {e}", types.kind, object.name_any()))?;
     Ok(())
 }
+
+/// Creates ClusterRole `name` with `rules` and a ClusterRoleBinding of the same name that
+/// grants it to `subject`.
+pub async fn grant_cluster_role(
+    client: &kube::Client,
+    name: &str,
+    rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
+    subject: k8s_openapi::api::rbac::v1::Subject,
+) -> crate::Result {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef};
+    use kube::{Api, api::PostParams};
+    let metadata = ObjectMeta {
+        name: Some(name.to_owned()),
+        ..ObjectMeta::default()
+    };
+    let role = ClusterRole {
+        metadata: metadata.clone(),
+        rules: Some(rules),
+        aggregation_rule: None,
+    };
+    let binding = ClusterRoleBinding {
+        metadata,
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".to_owned(),
+            kind: "ClusterRole".to_owned(),
+            name: name.to_owned(),
+        },
+        subjects: Some(vec![subject]),
+    };
+    Api::<ClusterRole>::all(client.clone())
+        .create(&PostParams::default(), &role)
+        .await?;
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await?;
+    Ok(())
+}
